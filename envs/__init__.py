@@ -1,0 +1,1 @@
+"""Tasks for reasoning-rl: MATH, GSM8K, Countdown and a synthetic arithmetic task."""
