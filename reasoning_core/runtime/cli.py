@@ -1,0 +1,45 @@
+"""The ``rrl`` command line: one subcommand per workflow rule.
+
+Subcommands are imported lazily so that ``rrl summary`` does not pay for importing vLLM.
+Each target module exposes ``main(argv: list[str]) -> int``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "tiny-world": ("reasoning_core.runtime.tinyworld", "build the tiny CPU base model"),
+    "eval": ("reasoning_core.runtime.evaluate", "zero-shot evaluation of a model on a task"),
+    "sft": ("reasoning_core.runtime.sft", "supervised fine-tuning on reasoning traces"),
+    "ei": ("reasoning_core.runtime.ei", "expert iteration"),
+    "grpo": ("reasoning_core.runtime.grpo", "GRPO and its policy-gradient relatives"),
+    "plot": ("reasoning_core.runtime.report", "plot curves from metrics.jsonl files"),
+    "summary": ("reasoning_core.runtime.report", "aggregate runs into results/summary.tsv"),
+    "gpu-check": ("reasoning_core.runtime.gpu_check", "prepared GPU readiness check"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: rrl <command> [options]", "", "commands:"]
+    lines += [f"  {name:<11} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in {"-h", "--help"}:
+        print(_usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        print(f"rrl: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(SUBCOMMANDS[name][0])
+    entry = getattr(module, "main_" + name.replace("-", "_"), None) or module.main
+    return int(entry(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

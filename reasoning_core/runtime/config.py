@@ -1,0 +1,159 @@
+"""Run configuration: YAML files + ``--set key=value`` overrides -> a validated dataclass.
+
+Every trainer/evaluation command describes its settings as a dataclass. ``parse_run_args``
+reads ``--config FILE [--set k=v ...] --out DIR``; ``build_config`` turns the merged mapping
+into the dataclass and refuses unknown keys or ill-typed values with a message that names the
+setting and the file it came from. ``save_config`` writes the resolved ``config.yaml``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A setting is missing, unknown or malformed. The message names the setting."""
+
+
+def load_yaml(path: str | Path, section: str | None = None) -> dict[str, Any]:
+    """Load a YAML mapping; if it has a top-level ``section`` mapping, return that part."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at top level, got {type(data).__name__}")
+    if section is not None and isinstance(data.get(section), dict):
+        return dict(data[section])
+    return data
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``["lr=1e-4", "model.path=x"]`` -> ``{"lr": 1e-4, "model.path": "x"}`` (YAML-typed values)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"--set expects key=value, got {pair!r}")
+        key, value = pair.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value) if value != "" else ""
+    return out
+
+
+def _check_type(name: str, value: Any, tp: Any, source: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _check_type(name, value, arg, source)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{source}: setting {name!r} is malformed")
+    if origin is typing.Literal:
+        if value not in args:
+            raise ConfigError(f"{source}: setting {name!r} must be one of {list(args)}, got {value!r}")
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{source}: setting {name!r} must be a list, got {value!r}")
+        inner = args[0] if args else Any
+        return [_check_type(f"{name}[{i}]", v, inner, source) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{source}: setting {name!r} must be a mapping, got {value!r}")
+        return dict(value)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{source}: setting {name!r} must be a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{source}: setting {name!r} must be an integer, got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{source}: setting {name!r} must be true or false, got {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ConfigError(f"{source}: setting {name!r} must be a string, got {value!r}")
+        return str(value)
+    return value
+
+
+def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -> T:
+    """Instantiate dataclass ``cls`` from ``values``; unknown keys and bad types raise
+    :class:`ConfigError` naming the setting and ``source``. Missing keys take defaults;
+    a field without a default that is missing is an error too."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown setting(s) {unknown} for {cls.__name__}; "
+            f"known settings: {sorted(fields)}"
+        )
+    kwargs = {}
+    for name, f in fields.items():
+        if name in values:
+            kwargs[name] = _check_type(name, values[name], hints[name], source)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"{source}: required setting {name!r} is missing")
+    obj = cls(**kwargs)
+    validate = getattr(obj, "validate", None)
+    if callable(validate):
+        validate()
+    return obj
+
+
+def parse_run_args(argv: list[str], description: str, *, need_out: bool = True) -> argparse.Namespace:
+    """Common arguments of every run command: ``--config``, repeated ``--set``, ``--out``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--config", help="YAML file; a top-level section named after the command is used if present")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one setting (repeatable)")
+    parser.add_argument("--out", required=need_out, help="output folder of the run")
+    return parser.parse_args(argv)
+
+
+def resolve(cls: type[T], args: argparse.Namespace, section: str) -> T:
+    """Merge ``--config`` (its ``section`` if present) with ``--set`` overrides into ``cls``."""
+    values: dict[str, Any] = {}
+    source = "command line"
+    if args.config:
+        values.update(load_yaml(args.config, section))
+        source = str(args.config)
+    overrides = parse_overrides(args.set)
+    values.update(overrides)
+    if overrides:
+        source += " (with --set " + ", ".join(sorted(overrides)) + ")"
+    return build_config(cls, values, source)
+
+
+def save_config(cfg: Any, out_dir: str | Path) -> Path:
+    """Write the resolved configuration as ``config.yaml`` (atomically)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    data = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(cfg)
+    tmp = out / "config.yaml.tmp"
+    tmp.write_text(yaml.safe_dump(data, sort_keys=False))
+    tmp.replace(out / "config.yaml")
+    return out / "config.yaml"
