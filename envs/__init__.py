@@ -1,1 +1,61 @@
-"""Tasks for reasoning-rl: MATH, GSM8K, Countdown and a synthetic arithmetic task."""
+"""Tasks for reasoning-rl: MATH, GSM8K, Countdown and a synthetic arithmetic task.
+
+Public API (see ARCHITECTURE.md, section envs):
+
+* `get_task(name) -> Task` for `math`, `gsm8k`, `countdown`, `arithmetic`;
+* reward functions `r1_zero_reward_fn`, `question_only_reward_fn`, `countdown_reward_fn`,
+  each `fn(response, ground_truth) -> {"reward", "format_reward", "answer_reward"}`;
+* `grade_batch(reward_fn, responses, ground_truths, *, timeout=..., num_workers=...)`.
+
+Heavy modules (math-verify, multiprocessing) are imported on first use, so `import envs` is cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from envs.base import DataError, Example, Task, Trace
+
+# name -> "module:attribute" of a Task instance; imported lazily on first request.
+_TASKS = {
+    "math": "envs.tasks:MATH",
+    "gsm8k": "envs.tasks:GSM8K",
+    "countdown": "envs.tasks:COUNTDOWN",
+    "arithmetic": "envs.arithmetic:TASK",
+}
+
+_LAZY = {
+    "r1_zero_reward_fn": "envs.rewards",
+    "question_only_reward_fn": "envs.rewards",
+    "countdown_reward_fn": "envs.rewards",
+    "grade_batch": "envs.grader",
+    "GradeStats": "envs.grader",
+}
+
+__all__ = [
+    "DataError",
+    "Example",
+    "Task",
+    "Trace",
+    "get_task",
+    "task_names",
+    *_LAZY,
+]
+
+
+def task_names() -> list[str]:
+    return list(_TASKS)
+
+
+def get_task(name: str) -> Task:
+    """Return the task registered under `name` (imports its module on first use)."""
+    if name not in _TASKS:
+        raise ValueError(f"unknown task {name!r}; known: {task_names()}")
+    module, attr = _TASKS[name].split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'envs' has no attribute {name!r}")
