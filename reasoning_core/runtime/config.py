@@ -82,6 +82,12 @@ def _check_type(name: str, value: Any, tp: Any, source: str) -> Any:
             raise ConfigError(f"{source}: setting {name!r} must be a mapping, got {value!r}")
         return dict(value)
     if tp is float:
+        if isinstance(value, str):
+            # PyYAML (YAML 1.1) reads "3e-5" (no dot) as a string; accept it as the number.
+            try:
+                value = float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{source}: setting {name!r} must be a number, got {value!r}")
         return float(value)
