@@ -1,6 +1,52 @@
 """reasoning_core: the pure functional core of reasoning-rl (see ../shared/SPEC.md section 1).
 
 Everything importable from here is a pure function of tensors (and, for
-``get_response_log_probs``, a model). The stateful shell lives in
-:mod:`reasoning_core.runtime` and is never imported from here.
+``get_response_log_probs``, a model; for ``tokenize_prompt_and_output``, a tokenizer), except
+the two ``*_microbatch_train_step`` functions whose contract is to call ``.backward()``.
+The stateful shell lives in :mod:`reasoning_core.runtime` and is never imported from here;
+neither are transformers or vllm (models and tokenizers are passed in and duck-typed).
 """
+
+from .advantages import compute_group_normalized_rewards, group_normalize
+from .logprobs import (
+    DEFAULT_CHUNK_TOKENS,
+    compute_entropy,
+    get_response_log_probs,
+    log_probs_from_logits,
+)
+from .losses import (
+    LENGTH_NORMS,
+    LOSS_TYPES,
+    compute_grpo_clip_loss,
+    compute_grpo_no_clip_loss,
+    compute_naive_policy_gradient_loss,
+    compute_policy_gradient_loss,
+    grpo_loss,
+    grpo_microbatch_train_step,
+    sft_loss,
+    sft_microbatch_train_step,
+)
+from .masked import masked_mean, masked_normalize
+from .tokenization import tokenize_prompt_and_output
+
+__all__ = [
+    "DEFAULT_CHUNK_TOKENS",
+    "LENGTH_NORMS",
+    "LOSS_TYPES",
+    "compute_entropy",
+    "compute_group_normalized_rewards",
+    "compute_grpo_clip_loss",
+    "compute_grpo_no_clip_loss",
+    "compute_naive_policy_gradient_loss",
+    "compute_policy_gradient_loss",
+    "get_response_log_probs",
+    "group_normalize",
+    "grpo_loss",
+    "grpo_microbatch_train_step",
+    "log_probs_from_logits",
+    "masked_mean",
+    "masked_normalize",
+    "sft_loss",
+    "sft_microbatch_train_step",
+    "tokenize_prompt_and_output",
+]
