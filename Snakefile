@@ -1,4 +1,38 @@
-# Placeholder: the experiment DAG is being built (issue 6).
+# The reasoning-rl study: every experiment of CS336 assignment 5 as rules.
+#
+#   snakemake --cores 2                                          # the tiny CPU world (default)
+#   snakemake --cores 2 --configfile workflow/config/smoke.yaml  # the same DAG in minutes
+#   snakemake --workflow-profile workflow/profiles/slurm --configfile workflow/config/gpu_math.yaml
+#
+# Rules live in workflow/rules/ (one file per experiment family), settings in
+# workflow/config/ (validated by workflow/schemas/config.schema.yaml), sweeps in Paramspace
+# tables under workflow/config/sweeps/. See workflow/README.md.
+
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "workflow/config/config.yaml"
+
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/base.smk"
+include: "workflow/rules/eval.smk"
+include: "workflow/rules/sft.smk"
+include: "workflow/rules/ei.smk"
+include: "workflow/rules/grpo.smk"
+include: "workflow/rules/plots.smk"
+
+
 rule all:
-    run:
-        print("reasoning-rl: the workflow is not written yet; see the README.")
+    default_target: True
+    input:
+        summary=f"{R}/summary.tsv",
+        plots=ALL_PLOTS,

@@ -1,0 +1,240 @@
+"""rrl plot and rrl summary on synthetic run folders (no training)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from reasoning_core.runtime import report
+from reasoning_core.runtime.cli import main as rrl
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def make_run(folder: Path, *, lr: float, accuracies: list[float], done: bool = True) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump({"lr": lr, "loss_type": "grpo_clip"}))
+    lines, t = [], 0.0
+    for step, acc in enumerate(accuracies):
+        t += 2.5
+        lines.append(
+            {
+                "step": step * 2,
+                "split": "eval",
+                "accuracy": acc,
+                "format_reward": 0.5,
+                "num_examples": 64,
+                "time/elapsed": t,
+            }
+        )
+        lines.append(
+            {
+                "step": step * 2 + 1,
+                "split": "train",
+                "entropy": 1.0 / (step + 1),
+                "grad_norm": 0.5,
+                "reward": acc,
+                "time/elapsed": t + 1,
+            }
+        )
+    # a run killed mid-write leaves a partial last line; readers must skip it
+    text = "\n".join(json.dumps(x) for x in lines) + "\n" + '{"step": 9, "spl'
+    (folder / "metrics.jsonl").write_text(text)
+    if done:
+        (folder / "done.json").write_text(
+            json.dumps(
+                {
+                    "eval_accuracy": accuracies[-1],
+                    "eval_format_reward": 0.5,
+                    "eval_examples": 64,
+                    "wall_seconds": t + 1,
+                }
+            )
+        )
+    return folder
+
+
+def assert_png(path: Path) -> None:
+    assert path.read_bytes()[:8] == PNG_SIGNATURE
+    import matplotlib.image
+
+    image = matplotlib.image.imread(path)
+    assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+
+
+def test_series_skips_other_splits_missing_and_non_finite_values():
+    records = [
+        {"step": 0, "split": "eval", "accuracy": 0.1},
+        {"step": 1, "split": "train", "accuracy": 0.9},
+        {"step": 2, "split": "eval"},
+        {"step": 3, "split": "eval", "accuracy": float("nan")},
+        {"step": 4, "split": "eval", "accuracy": 0.3, "time/elapsed": 7.0},
+    ]
+    assert report.series(records, "eval/accuracy") == ([0.0, 4.0], [0.1, 0.3])
+    assert report.series(records, "eval/accuracy", x="time/elapsed") == ([7.0], [0.3])
+    with pytest.raises(ValueError, match="split/key"):
+        report.series(records, "accuracy")
+
+
+def test_moving_average_is_a_trailing_mean():
+    assert report.moving_average([1, 2, 3, 4], 2) == [1.0, 1.5, 2.5, 3.5]
+    assert report.moving_average([1, 2], 1) == [1, 2]
+
+
+def test_plot_curves_writes_a_readable_png_with_labels_from_config(tmp_path, capsys):
+    a = make_run(tmp_path / "grpo" / "default", lr=1e-4, accuracies=[0.1, 0.3, 0.5])
+    b = make_run(tmp_path / "grpo" / "lr~3e-05", lr=3e-5, accuracies=[0.1, 0.2, 0.25])
+    out = tmp_path / "plots" / "lr.png"
+    code = rrl(
+        [
+            "plot",
+            "--runs",
+            str(a),
+            str(b),
+            "--label-keys",
+            "lr",
+            "--metric",
+            "eval/accuracy",
+            "train/entropy",
+            "train/response_length",
+            "--smooth",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    assert_png(out)
+    assert "(4 series)" in capsys.readouterr().out  # response_length is not logged: skipped
+    assert report.run_label(a, ["lr"]) == "lr=0.0001 (default)"
+    assert report.run_label(b, ["lr", "missing"]) == "lr=3e-05"
+
+
+def test_plot_against_wall_clock_and_final_bars(tmp_path):
+    a = make_run(tmp_path / "zero_shot", lr=0.0, accuracies=[0.1])
+    b = make_run(tmp_path / "sft" / "default", lr=1e-4, accuracies=[0.1, 0.4])
+    out_time = tmp_path / "time.png"
+    assert (
+        rrl(["plot", "--runs", str(a), str(b), "--x", "time/elapsed", "--out", str(out_time)]) == 0
+    )
+    assert_png(out_time)
+    out_final = tmp_path / "final.png"
+    assert (
+        rrl(
+            [
+                "plot",
+                "--kind",
+                "final",
+                "--runs",
+                str(a),
+                str(b),
+                "--metric",
+                "eval/accuracy",
+                "eval/format_reward",
+                "--out",
+                str(out_final),
+            ]
+        )
+        == 0
+    )
+    assert_png(out_final)
+    assert report.short_names([a, b]) == ["zero_shot", "sft/default"]
+
+
+def test_plot_fails_when_nothing_is_logged_or_a_run_is_missing(tmp_path, capsys):
+    a = make_run(tmp_path / "a", lr=1e-4, accuracies=[0.1])
+    assert (
+        rrl(
+            [
+                "plot",
+                "--runs",
+                str(a),
+                "--metric",
+                "train/nothing",
+                "--out",
+                str(tmp_path / "x.png"),
+            ]
+        )
+        == 1
+    )
+    assert rrl(["plot", "--runs", str(tmp_path / "absent"), "--out", str(tmp_path / "y.png")]) == 2
+    assert "no metrics.jsonl" in capsys.readouterr().err
+
+
+def read_tsv(path: Path) -> list[dict[str, str]]:
+    with path.open() as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+def test_summary_has_one_row_per_run_and_one_column_per_varied_setting(tmp_path):
+    results = tmp_path / "results"
+    make_run(results / "grpo" / "default", lr=1e-4, accuracies=[0.1, 0.5])
+    make_run(results / "grpo" / "lr~3e-05", lr=3e-5, accuracies=[0.1, 0.2])
+    off = make_run(
+        results / "grpo" / "epochs_per_rollout_batch~2" / "loss_type~grpo_clip",
+        lr=1e-4,
+        accuracies=[0.1, 0.3],
+    )
+    make_run(results / "zero_shot", lr=0.0, accuracies=[0.12])
+    make_run(results / "grpo" / "unfinished", lr=1e-4, accuracies=[0.1], done=False)
+    out = results / "summary.tsv"
+    assert rrl(["summary", "--out", str(out)]) == 0
+    rows = read_tsv(out)
+    header = out.read_text().splitlines()[0].split("\t")
+    assert header == [
+        "experiment",
+        "run",
+        "epochs_per_rollout_batch",  # in order of first appearance (sorted run folders)
+        "loss_type",
+        "lr",
+        "eval_accuracy",
+        "eval_format_reward",
+        "eval_examples",
+        "wall_seconds",
+    ]
+    by_run = {r["run"]: r for r in rows}
+    assert set(by_run) == {
+        "grpo/default",
+        "grpo/lr~3e-05",
+        "zero_shot",
+        "grpo/epochs_per_rollout_batch~2/loss_type~grpo_clip",
+    }
+    assert by_run["grpo/lr~3e-05"]["lr"] == "3e-05"
+    assert by_run["grpo/default"]["lr"] == "0.0001"  # resolved value from config.yaml
+    assert by_run["grpo/default"]["eval_accuracy"] == "0.5"
+    assert by_run["zero_shot"]["experiment"] == "zero_shot"
+    # a varied key absent from a run's config comes from its folder name
+    (off / "config.yaml").write_text("{}")
+    assert rrl(["summary", "--out", str(out)]) == 0
+    first = out.read_text()
+    row = {r["run"]: r for r in read_tsv(out)}[
+        "grpo/epochs_per_rollout_batch~2/loss_type~grpo_clip"
+    ]
+    assert row["epochs_per_rollout_batch"] == "2" and row["lr"] == ""
+    # idempotent: rebuilding from the same folders gives the same table
+    assert rrl(["summary", "--out", str(out)]) == 0
+    assert out.read_text() == first
+
+
+def test_summary_falls_back_to_metrics_and_orders_given_runs(tmp_path):
+    results = tmp_path / "r"
+    a = make_run(results / "sft" / "max_examples~128", lr=1e-4, accuracies=[0.1, 0.35])
+    b = make_run(results / "base", lr=1e-3, accuracies=[0.05])
+    (a / "done.json").write_text("{}")  # nothing in done.json: read the last eval line
+    out = tmp_path / "summary.tsv"
+    assert (
+        rrl(["summary", "--results", str(results), "--runs", str(b), str(a), "--out", str(out)])
+        == 0
+    )
+    rows = read_tsv(out)
+    assert [r["run"] for r in rows] == ["base", "sft/max_examples~128"]
+    assert rows[1]["eval_accuracy"] == "0.35" and rows[1]["eval_examples"] == "64"
+    assert rows[1]["max_examples"] == "128" and rows[0]["max_examples"] == ""
+    outside = make_run(tmp_path / "elsewhere", lr=1e-4, accuracies=[0.1])
+    assert (
+        rrl(["summary", "--results", str(results), "--runs", str(outside), "--out", str(out)]) == 2
+    )

@@ -1,0 +1,250 @@
+# Helpers of the study: settings, sweep tables, run folders. No rules here.
+#
+# A run lives in {results_dir}/{method}/{variant}: `variant` is "default" (the method's
+# settings from the `methods` file) or the settings it changes, as Paramspace writes them,
+# sorted by name and without those equal to the defaults ("lr~3e-05",
+# "epochs_per_rollout_batch~2/loss_type~grpo_clip/train_batch_size~64"). The same settings
+# therefore always name the same folder, so a run shared by two families (the default GRPO run
+# is the control of every ablation) is planned and trained once.
+
+import math
+import posixpath
+import shlex
+import sys
+from pathlib import Path
+
+import pandas as pd
+import yaml
+from snakemake.utils import Paramspace
+
+R = config["results_dir"]
+ROOT = Path(workflow.basedir)
+METHODS_FILE = str(ROOT / config["methods"])
+SWEEPS_DIR = ROOT / config["sweeps"]
+GPUS = config["gpus_per_run"]
+BUILD_BASE = config["model_path"] is None
+COMMANDS = ("tiny-world", "eval", "sft", "ei", "grpo")
+VARIANT_REGEX = r"default|[A-Za-z0-9_]+~[^/]+(/[A-Za-z0-9_]+~[^/]+)*"
+
+# Rules call the `rrl` console script. When snakemake runs as .venv/bin/snakemake without the
+# virtual environment activated, `rrl` is not on PATH: fall back to the interpreter's folder.
+shell.prefix(
+    "set -euo pipefail; command -v rrl >/dev/null || "
+    f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH; "
+)
+
+
+def _method_settings():
+    """Default settings of each command: its section of the methods file, then `settings`."""
+    path = Path(METHODS_FILE)
+    if not path.is_file():
+        raise ValueError(f"setting 'methods': file {path} does not exist")
+    data = yaml.safe_load(path.read_text()) or {}
+    out = {}
+    for command in COMMANDS:
+        section = data.get(command)
+        base = dict(section) if isinstance(section, dict) else {}
+        base.update(config["settings"].get(command, {}))
+        out[command] = base
+    return out
+
+
+METHOD_SETTINGS = _method_settings()
+
+
+def _yaml_value(value):
+    """A value as `rrl --set` reads it back (YAML, one line)."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=math.inf)
+    return text.removesuffix("...\n").strip()
+
+
+def set_args(settings):
+    """--set arguments for a mapping of settings, shell-quoted."""
+    return " ".join(
+        f"--set {shlex.quote(f'{key}={_yaml_value(value)}')}" for key, value in settings.items()
+    )
+
+
+def command_settings(command):
+    """--set arguments that every run of `command` gets from the configuration."""
+    return set_args(config["settings"].get(command, {}))
+
+
+def _same_value(text, default):
+    """Does the table cell `text` hold the method's default value?"""
+    value = yaml.safe_load(text)
+    if isinstance(value, str):
+        try:
+            value = float(value)  # "3e-5": YAML 1.1 reads it as a string
+        except ValueError:
+            pass
+    if isinstance(value, bool) or isinstance(default, bool):
+        return value is default
+    if isinstance(value, (int, float)) and isinstance(default, (int, float)):
+        return math.isclose(value, default, rel_tol=1e-9, abs_tol=0.0)
+    return value == default
+
+
+def parse_variant(variant):
+    """'a~1/b~x' -> {'a': '1', 'b': 'x'}; 'default' -> {}."""
+    if variant == "default":
+        return {}
+    return dict(part.split("~", 1) for part in variant.split("/"))
+
+
+def canonical_variant(method, pattern):
+    """Paramspace instance pattern -> run variant: sorted keys, empty cells and settings
+    equal to the method's defaults dropped; 'default' when nothing is left."""
+    defaults = METHOD_SETTINGS[method]
+    parts = []
+    for key, text in sorted(parse_variant(pattern).items()):
+        if text.strip() == "":
+            continue
+        if key in defaults and _same_value(text, defaults[key]):
+            continue
+        parts.append(f"{key}~{text}")
+    return posixpath.join(*parts) if parts else "default"
+
+
+def sweep(family):
+    """The Paramspace table of `family` (<sweeps>/<family>.tsv), cells kept as written."""
+    path = SWEEPS_DIR / f"{family}.tsv"
+    frame = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False)
+    return Paramspace(frame[sorted(frame.columns)])
+
+
+def _unique(items):
+    return list(dict.fromkeys(items))
+
+
+# family -> (method, what it shows; used in plot titles and report captions)
+FAMILY_INFO = {
+    "sft": ("sft", "SFT on 128 to all unique examples, and on the filtered (correct) set"),
+    "ei": ("ei", "expert iteration over G x SFT epochs x question batch size"),
+    "grpo_lr": ("grpo", "GRPO learning-rate sweep"),
+    "grpo_baseline": ("grpo", "no_baseline against reinforce_with_baseline"),
+    "grpo_length_norm": ("grpo", "length normalization: masked_mean against masked_normalize"),
+    "grpo_std": ("grpo", "group standard-deviation normalization on and off"),
+    "grpo_offpolicy": ("grpo", "off-policy GRPO: epochs per rollout batch x train batch size"),
+    "grpo_clip": ("grpo", "GRPO-Clip against GRPO-No-Clip (off-policy)"),
+    "grpo_prompt": ("grpo", "r1_zero against question_only prompt and reward"),
+}
+FAMILIES = [name for name in FAMILY_INFO if name in config["families"]]
+# Families whose accuracy is also drawn against wall-clock time.
+TIME_FAMILIES = [name for name in ("grpo_offpolicy",) if name in FAMILIES]
+FAMILY_REGEX = "|".join(FAMILIES) or "none"
+
+
+def family_variants(family):
+    """Run variants of a family: the default run (its control) first, then the table's rows."""
+    method = FAMILY_INFO[family][0]
+    rows = [canonical_variant(method, p) for p in sweep(family).instance_patterns]
+    return _unique(["default"] + rows)
+
+
+def family_label_keys(family):
+    """Settings that label the family's curves: the columns of its table."""
+    return list(sweep(family).dataframe.columns)
+
+
+FAMILY_RUNS = {
+    family: [f"{R}/{FAMILY_INFO[family][0]}/{v}" for v in family_variants(family)]
+    for family in FAMILIES
+}
+
+# Final-accuracy comparison of the methods at their default settings.
+METHOD_RUNS = _unique(
+    ([f"{R}/zero_shot"] if "zero_shot" in config["families"] else [])
+    + [
+        f"{R}/{method}/default"
+        for method in ("sft", "ei", "grpo")
+        if any(FAMILY_INFO[f][0] == method for f in FAMILIES)
+    ]
+    + ([f"{R}/leaderboard"] if "leaderboard" in config["families"] else [])
+)
+
+ALL_RUNS = _unique(
+    ([f"{R}/base"] if BUILD_BASE else [])
+    + METHOD_RUNS
+    + [run for family in FAMILIES for run in FAMILY_RUNS[family]]
+)
+
+ALL_PLOTS = (
+    [f"{R}/plots/{family}_accuracy.png" for family in FAMILIES]
+    + [f"{R}/plots/{family}_training.png" for family in FAMILIES]
+    + [f"{R}/plots/{family}_accuracy_time.png" for family in TIME_FAMILIES]
+    + ([f"{R}/plots/methods.png"] if METHOD_RUNS else [])
+)
+
+# Train-split panels of the training figure, per method (metrics.jsonl keys).
+TRAINING_PANELS = {
+    "sft": ["train/loss", "train/entropy", "train/grad_norm", "eval/response_length"],
+    "ei": ["train/loss", "train/entropy", "train/grad_norm", "train/response_length"],
+    "grpo": [
+        "train/reward",
+        "train/entropy",
+        "train/response_length",
+        "train/grad_norm",
+    ],
+}
+
+
+# ---- functions used by rules (input functions and params) ----------------------------------
+
+
+def base_model_input():
+    """The tiny world's done.json when the study builds its base model, else nothing."""
+    return [f"{R}/base/done.json"] if BUILD_BASE else []
+
+
+def base_model(wildcards, input):
+    """Folder of the base model: the tiny world's, or the `model_path` setting."""
+    if BUILD_BASE:
+        return str(Path(input.base[0]).parent)
+    return config["model_path"]
+
+
+def init_model(wildcards, input):
+    """Folder of the model a run starts from: the base model or an upstream run's checkpoint."""
+    if input.init:
+        return str(Path(input.init[0]).parent / "checkpoint")
+    return base_model(wildcards, input)
+
+
+def run_dir(wildcards, output):
+    """A run's folder: the one holding its done.json."""
+    return str(Path(output.done).parent)
+
+
+def variant_args(wildcards):
+    """--set arguments of a run variant ('lr~3e-05' -> --set lr=3e-05)."""
+    return " ".join(
+        f"--set {shlex.quote(f'{key}={value}')}"
+        for key, value in parse_variant(wildcards.variant).items()
+    )
+
+
+def family_done(wildcards):
+    """done.json of every run of a family (input of its plots)."""
+    return [f"{run}/done.json" for run in FAMILY_RUNS[wildcards.family]]
+
+
+def family_dirs(wildcards):
+    return FAMILY_RUNS[wildcards.family]
+
+
+def family_keys(wildcards):
+    return " ".join(family_label_keys(wildcards.family))
+
+
+def family_title(wildcards):
+    return FAMILY_INFO[wildcards.family][1]
+
+
+def family_panels(wildcards):
+    return " ".join(TRAINING_PANELS[FAMILY_INFO[wildcards.family][0]])
+
+
+def leaderboard_init():
+    """done.json of the run the leaderboard recipe starts from (none: the base model)."""
+    return [f"{R}/sft/default/done.json"] if config["leaderboard"]["init"] == "sft" else []

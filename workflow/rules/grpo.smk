@@ -1,0 +1,58 @@
+# GRPO: the default run and every ablation (learning rate, baseline, length normalization,
+# std normalization, off-policy, clipping, prompt). Each ablation table lists the settings its
+# runs change; the default run is their shared control, trained once.
+
+
+rule grpo:
+    input:
+        methods=METHODS_FILE,
+        base=base_model_input(),
+    output:
+        done=f"{R}/grpo/{{variant}}/done.json",
+    log:
+        f"{R}/logs/grpo/{{variant}}.log",
+    benchmark:
+        f"{R}/benchmarks/grpo/{{variant}}.tsv"
+    wildcard_constraints:
+        variant=VARIANT_REGEX,
+    conda:
+        "../envs/rrl.yaml"
+    threads: 2
+    resources:
+        gpu=GPUS,
+    params:
+        out=run_dir,
+        model=base_model,
+        settings=command_settings("grpo"),
+        variant=variant_args,
+    shell:
+        "rrl grpo --config {input.methods} --set model_path={params.model} {params.settings} "
+        "{params.variant} --out {params.out} > {log} 2>&1"
+
+
+# The leaderboard recipe: GRPO with the settings of `leaderboard.settings`, started from the
+# default SFT run's checkpoint (`leaderboard.init: sft`) or from the base model.
+rule leaderboard:
+    input:
+        methods=METHODS_FILE,
+        base=base_model_input(),
+        init=leaderboard_init(),
+    output:
+        done=f"{R}/leaderboard/done.json",
+    log:
+        f"{R}/logs/leaderboard.log",
+    benchmark:
+        f"{R}/benchmarks/leaderboard.tsv"
+    conda:
+        "../envs/rrl.yaml"
+    threads: 2
+    resources:
+        gpu=GPUS,
+    params:
+        out=run_dir,
+        model=init_model,
+        settings=command_settings("grpo"),
+        recipe=set_args(config["leaderboard"]["settings"]),
+    shell:
+        "rrl grpo --config {input.methods} --set model_path={params.model} {params.settings} "
+        "{params.recipe} --out {params.out} > {log} 2>&1"

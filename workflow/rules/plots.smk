@@ -1,0 +1,114 @@
+# Figures (from metrics.jsonl alone) and results/summary.tsv. PNGs marked for
+# `snakemake --report`.
+
+
+rule plot_accuracy:
+    input:
+        runs=family_done,
+    output:
+        png=report(
+            f"{R}/plots/{{family}}_accuracy.png",
+            caption="../report/accuracy.rst",
+            category="{family}",
+        ),
+    log:
+        f"{R}/logs/plots/{{family}}_accuracy.log",
+    wildcard_constraints:
+        family=FAMILY_REGEX,
+    conda:
+        "../envs/rrl.yaml"
+    params:
+        runs=family_dirs,
+        label_keys=family_keys,
+        title=family_title,
+    shell:
+        "rrl plot --runs {params.runs} --label-keys {params.label_keys} --metric eval/accuracy "
+        "--x step --title {params.title:q} --out {output.png} > {log} 2>&1"
+
+
+rule plot_accuracy_time:
+    input:
+        runs=family_done,
+    output:
+        png=report(
+            f"{R}/plots/{{family}}_accuracy_time.png",
+            caption="../report/accuracy_time.rst",
+            category="{family}",
+        ),
+    log:
+        f"{R}/logs/plots/{{family}}_accuracy_time.log",
+    wildcard_constraints:
+        family=FAMILY_REGEX,
+    conda:
+        "../envs/rrl.yaml"
+    params:
+        runs=family_dirs,
+        label_keys=family_keys,
+        title=family_title,
+    shell:
+        "rrl plot --runs {params.runs} --label-keys {params.label_keys} --metric eval/accuracy "
+        "--x time/elapsed --title {params.title:q} --out {output.png} > {log} 2>&1"
+
+
+rule plot_training:
+    input:
+        runs=family_done,
+    output:
+        png=report(
+            f"{R}/plots/{{family}}_training.png",
+            caption="../report/training.rst",
+            category="{family}",
+        ),
+    log:
+        f"{R}/logs/plots/{{family}}_training.log",
+    wildcard_constraints:
+        family=FAMILY_REGEX,
+    conda:
+        "../envs/rrl.yaml"
+    params:
+        runs=family_dirs,
+        label_keys=family_keys,
+        title=family_title,
+        panels=family_panels,
+    shell:
+        "rrl plot --runs {params.runs} --label-keys {params.label_keys} --metric {params.panels} "
+        "--x step --smooth 5 --title {params.title:q} --out {output.png} > {log} 2>&1"
+
+
+rule plot_methods:
+    input:
+        runs=[f"{run}/done.json" for run in METHOD_RUNS],
+    output:
+        png=report(
+            f"{R}/plots/methods.png",
+            caption="../report/methods.rst",
+            category="methods",
+        ),
+    log:
+        f"{R}/logs/plots/methods.log",
+    conda:
+        "../envs/rrl.yaml"
+    params:
+        runs=METHOD_RUNS,
+    shell:
+        "rrl plot --kind final --runs {params.runs} --metric eval/accuracy eval/format_reward "
+        "--title 'final evaluation at default settings' --out {output.png} > {log} 2>&1"
+
+
+rule summary:
+    input:
+        runs=[f"{run}/done.json" for run in ALL_RUNS],
+    output:
+        tsv=report(
+            f"{R}/summary.tsv",
+            caption="../report/summary.rst",
+            category="summary",
+        ),
+    log:
+        f"{R}/logs/summary.log",
+    conda:
+        "../envs/rrl.yaml"
+    params:
+        runs=ALL_RUNS,
+    shell:
+        "rrl summary --runs {params.runs} --out {output.tsv} " "> {log} 2>&1"
