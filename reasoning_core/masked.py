@@ -23,10 +23,10 @@ def _select(tensor: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
 
 def masked_normalize(
     tensor: Float[Tensor, "*dims"],
-    mask: Shaped[Tensor, "*dims"],
+    mask: Shaped[Tensor, "*#dims"],
     normalize_constant: float = 1.0,
     dim: int | None = None,
-) -> Float[Tensor, "*dims"]:
+) -> Float[Tensor, "*reduced"]:
     r"""Sum ``tensor`` over the masked-in elements and divide by a constant.
 
     .. math:: \mathrm{masked\_normalize}(x, m, c) = \frac{1}{c} \sum_i m_i x_i
@@ -55,9 +55,9 @@ def masked_normalize(
 
 def masked_mean(
     tensor: Float[Tensor, "*dims"],
-    mask: Shaped[Tensor, "*dims"],
+    mask: Shaped[Tensor, "*#dims"],
     dim: int | None = None,
-) -> Float[Tensor, "*dims"]:
+) -> Float[Tensor, "*reduced"]:
     r"""Mean of ``tensor`` over the masked-in elements along ``dim``.
 
     .. math:: \mathrm{masked\_mean}(x, m) = \frac{\sum_i m_i x_i}{\max(1, \sum_i m_i)}

@@ -1,0 +1,135 @@
+"""The package-level contract of reasoning_core (SPEC section 1): names, keyword names, no
+heavy imports, and jaxtyping annotations that hold at run time, also under vmap."""
+
+import inspect
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.func import vmap
+
+import reasoning_core as rc
+
+SPEC_KEYWORDS = {
+    "tokenize_prompt_and_output": ["prompt_strs", "output_strs", "tokenizer"],
+    "compute_entropy": ["logits"],
+    "get_response_log_probs": ["model", "input_ids", "labels", "return_token_entropy"],
+    "masked_normalize": ["tensor", "mask", "normalize_constant", "dim"],
+    "masked_mean": ["tensor", "mask", "dim"],
+    "sft_microbatch_train_step": [
+        "policy_log_probs",
+        "response_mask",
+        "gradient_accumulation_steps",
+        "normalize_constant",
+    ],
+    "compute_group_normalized_rewards": [
+        "reward_fn",
+        "rollout_responses",
+        "repeated_ground_truths",
+        "group_size",
+        "advantage_eps",
+        "normalize_by_std",
+    ],
+    "compute_naive_policy_gradient_loss": ["raw_rewards_or_advantages", "policy_log_probs"],
+    "compute_grpo_clip_loss": ["advantages", "policy_log_probs", "old_log_probs", "cliprange"],
+    "compute_policy_gradient_loss": [
+        "policy_log_probs",
+        "loss_type",
+        "raw_rewards",
+        "advantages",
+        "old_log_probs",
+        "cliprange",
+    ],
+    "grpo_microbatch_train_step": [
+        "policy_log_probs",
+        "response_mask",
+        "gradient_accumulation_steps",
+        "loss_type",
+        "raw_rewards",
+        "advantages",
+        "old_log_probs",
+        "cliprange",
+    ],
+    "group_normalize": ["raw_rewards", "group_size", "advantage_eps", "normalize_by_std"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPEC_KEYWORDS))
+def test_spec_functions_have_the_spec_keywords(name):
+    params = list(inspect.signature(getattr(rc, name)).parameters)
+    assert params[: len(SPEC_KEYWORDS[name])] == SPEC_KEYWORDS[name]
+    assert name in rc.__all__
+
+
+def test_defaults():
+    sig = inspect.signature(rc.grpo_microbatch_train_step).parameters
+    assert sig["length_norm"].default == "masked_mean"
+    assert sig["normalize_constant"].default is None
+    assert (
+        inspect.signature(rc.get_response_log_probs).parameters["return_token_entropy"].default
+        is False
+    )
+    assert inspect.signature(rc.masked_normalize).parameters["normalize_constant"].default == 1.0
+
+
+def test_import_pulls_in_neither_transformers_nor_vllm_nor_the_runtime():
+    code = (
+        "import sys, reasoning_core\n"
+        "bad = [m for m in ('transformers', 'vllm', 'reasoning_core.runtime') if m in sys.modules]\n"
+        "print(bad)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
+
+
+def _checked(fn):
+    jaxtyping = pytest.importorskip("jaxtyping")
+    beartype = pytest.importorskip("beartype")
+    return jaxtyping.jaxtyped(typechecker=beartype.beartype)(fn)
+
+
+def test_annotations_hold_on_plain_and_vmapped_calls():
+    gen = torch.Generator().manual_seed(0)
+    lp = -torch.rand(3, 5, generator=gen)
+    old = lp + 0.1
+    adv = torch.randn(3, 1, generator=gen)
+    mask = torch.rand(3, 5, generator=gen) > 0.3
+    logits = torch.randn(3, 5, 7, generator=gen)
+    labels = torch.randint(0, 7, (3, 5), generator=gen)
+
+    clip = _checked(rc.compute_grpo_clip_loss)
+    loss = _checked(rc.grpo_loss)
+    lpfl = _checked(rc.log_probs_from_logits)
+    entropy = _checked(rc.compute_entropy)
+    group = _checked(rc.group_normalize)
+    mean = _checked(rc.masked_mean)
+    naive = _checked(rc.compute_naive_policy_gradient_loss)
+    no_clip = _checked(rc.compute_grpo_no_clip_loss)
+    dispatch = _checked(rc.compute_policy_gradient_loss)
+    sft = _checked(rc.sft_loss)
+
+    clip(adv, lp, old, 0.2)
+    loss(lp, mask, "grpo_clip", advantages=adv, old_log_probs=old, cliprange=0.2)
+    lpfl(logits, labels, return_entropy=True)
+    entropy(logits)
+    group(torch.rand(6), 3, 1e-6, True)
+    mean(lp, mask, dim=-1)
+    naive(adv, lp)
+    no_clip(adv, lp, old)
+    dispatch(lp, "no_baseline", raw_rewards=adv)
+    sft(lp, mask, 2.0)
+    vmap(lambda p, m: sft(p, m, 2.0))(lp, mask)
+    vmap(lambda p, r: dispatch(p, "no_baseline", raw_rewards=r))(lp, adv)
+    vmap(lambda a, p, o: clip(a, p, o, 0.2))(adv, lp, old)
+    vmap(lambda p, m, a, o: loss(p, m, "grpo_no_clip", advantages=a, old_log_probs=o))(
+        lp, mask, adv, old
+    )
+    vmap(lambda z, y: lpfl(z, y, return_entropy=True))(logits, labels)
+    vmap(entropy)(logits)
+    vmap(lambda r: group(r, 3, 1e-6, False))(torch.rand(2, 6))
+    # ... and a wrong shape is caught by the annotation.
+    with pytest.raises(Exception, match="(?i)type-check|shape|dimension|violates"):
+        clip(adv, lp, old[:, :4], 0.2)

@@ -1,0 +1,399 @@
+"""Properties of the policy-gradient / SFT losses and the microbatch train steps."""
+
+import pytest
+import torch
+from hypothesis import assume, given
+from hypothesis import strategies as st
+from torch.func import grad, vmap
+
+from reasoning_core import (
+    compute_grpo_clip_loss,
+    compute_grpo_no_clip_loss,
+    compute_naive_policy_gradient_loss,
+    compute_policy_gradient_loss,
+    grpo_loss,
+    grpo_microbatch_train_step,
+    masked_mean,
+    masked_normalize,
+    sft_loss,
+    sft_microbatch_train_step,
+)
+
+LOSS_ARGS = {
+    "no_baseline": {"raw_rewards"},
+    "reinforce_with_baseline": {"advantages"},
+    "grpo_clip": {"advantages", "old_log_probs", "cliprange"},
+    "grpo_no_clip": {"advantages", "old_log_probs"},
+}
+
+
+@st.composite
+def batches(draw, min_batch=1):
+    b = draw(st.integers(min_batch, 4))
+    t = draw(st.integers(1, 6))
+    seed = draw(st.integers(0, 2**31 - 1))
+    gen = torch.Generator().manual_seed(seed)
+    log_probs = -torch.rand(b, t, generator=gen, dtype=torch.float64) * 5
+    old = log_probs + torch.randn(b, t, generator=gen, dtype=torch.float64) * 0.5
+    adv = torch.randn(b, 1, generator=gen, dtype=torch.float64)
+    rewards = torch.rand(b, 1, generator=gen, dtype=torch.float64)
+    mask = torch.rand(b, t, generator=gen) > 0.3
+    return {"log_probs": log_probs, "old": old, "adv": adv, "rewards": rewards, "mask": mask}
+
+
+def _grad_of(fn, x):
+    x = x.clone().requires_grad_(True)
+    fn(x).sum().backward()
+    return x.grad
+
+
+@given(batches(), st.sampled_from([0.0, 0.1, 0.2, 0.5]))
+def test_on_policy_grpo_clip_gradient_equals_reinforce(b, cliprange):
+    clip = _grad_of(
+        lambda lp: compute_grpo_clip_loss(b["adv"], lp, b["log_probs"], cliprange)[0],
+        b["log_probs"],
+    )
+    reinforce = _grad_of(
+        lambda lp: compute_naive_policy_gradient_loss(b["adv"], lp), b["log_probs"]
+    )
+    torch.testing.assert_close(clip, reinforce)
+
+
+@given(batches())
+def test_grpo_no_clip_with_equal_old_and_new_has_the_reinforce_gradient(b):
+    no_clip = _grad_of(
+        lambda lp: compute_grpo_no_clip_loss(b["adv"], lp, b["log_probs"])[0], b["log_probs"]
+    )
+    reinforce = _grad_of(
+        lambda lp: compute_naive_policy_gradient_loss(b["adv"], lp), b["log_probs"]
+    )
+    torch.testing.assert_close(no_clip, reinforce)
+
+
+@given(batches(), st.sampled_from([0.05, 0.2]))
+def test_clipped_tokens_get_zero_gradient_and_the_others_do_not(b, cliprange):
+    _, meta = compute_grpo_clip_loss(b["adv"], b["log_probs"], b["old"], cliprange)
+    clipped = meta["clipped"]
+    g = _grad_of(
+        lambda lp: compute_grpo_clip_loss(b["adv"], lp, b["old"], cliprange)[0], b["log_probs"]
+    )
+    assert torch.equal(g[clipped], torch.zeros_like(g[clipped]))
+    live = ~clipped & (b["adv"] != 0)
+    assert (g[live] != 0).all()
+    # A token is clipped exactly when the ratio left the trust region in the advantage's direction.
+    ratio = torch.exp(b["log_probs"] - b["old"])
+    expected = ((b["adv"] > 0) & (ratio > 1 + cliprange)) | (
+        (b["adv"] < 0) & (ratio < 1 - cliprange)
+    )
+    assert torch.equal(clipped, expected)
+
+
+@given(batches(), st.sampled_from([0.1, 0.2]))
+def test_grpo_clip_value_matches_the_formula(b, cliprange):
+    loss, meta = compute_grpo_clip_loss(b["adv"], b["log_probs"], b["old"], cliprange)
+    ratio = torch.exp(b["log_probs"] - b["old"])
+    expected = -torch.min(ratio * b["adv"], ratio.clamp(1 - cliprange, 1 + cliprange) * b["adv"])
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(meta["ratio"], ratio)
+
+
+@given(batches())
+def test_dispatch_matches_the_individual_losses(b):
+    common = {"policy_log_probs": b["log_probs"], "old_log_probs": b["old"], "cliprange": 0.2}
+    nb, _ = compute_policy_gradient_loss(
+        loss_type="no_baseline", raw_rewards=b["rewards"], **common
+    )
+    torch.testing.assert_close(nb, -b["rewards"] * b["log_probs"])
+    rb, _ = compute_policy_gradient_loss(
+        loss_type="reinforce_with_baseline", advantages=b["adv"], **common
+    )
+    torch.testing.assert_close(rb, -b["adv"] * b["log_probs"])
+    gc, _ = compute_policy_gradient_loss(loss_type="grpo_clip", advantages=b["adv"], **common)
+    torch.testing.assert_close(
+        gc, compute_grpo_clip_loss(b["adv"], b["log_probs"], b["old"], 0.2)[0]
+    )
+    gn, _ = compute_policy_gradient_loss(loss_type="grpo_no_clip", advantages=b["adv"], **common)
+    torch.testing.assert_close(gn, -torch.exp(b["log_probs"] - b["old"]) * b["adv"])
+
+
+def test_unknown_loss_type_is_named():
+    with pytest.raises(ValueError, match="loss_type.*'ppo'"):
+        compute_policy_gradient_loss(torch.zeros(2, 3), "ppo", advantages=torch.zeros(2, 1))
+
+
+@pytest.mark.parametrize(
+    "loss_type,missing", [(t, name) for t, names in LOSS_ARGS.items() for name in sorted(names)]
+)
+def test_missing_argument_is_named(loss_type, missing):
+    full = {
+        "raw_rewards": torch.ones(2, 1),
+        "advantages": torch.ones(2, 1),
+        "old_log_probs": torch.zeros(2, 3),
+        "cliprange": 0.2,
+    }
+    kwargs = {k: v for k, v in full.items() if k in LOSS_ARGS[loss_type] and k != missing}
+    with pytest.raises(ValueError, match=missing):
+        compute_policy_gradient_loss(
+            policy_log_probs=torch.zeros(2, 3), loss_type=loss_type, **kwargs
+        )
+    with pytest.raises(ValueError, match=missing):
+        grpo_microbatch_train_step(
+            policy_log_probs=torch.zeros(2, 3, requires_grad=True),
+            response_mask=torch.ones(2, 3),
+            gradient_accumulation_steps=1,
+            loss_type=loss_type,
+            **kwargs,
+        )
+
+
+def test_flat_advantages_are_rejected_not_broadcast():
+    with pytest.raises(ValueError, match="advantages"):
+        compute_policy_gradient_loss(
+            torch.zeros(3, 3), "reinforce_with_baseline", advantages=torch.ones(3)
+        )
+
+
+def test_length_norm_errors():
+    args = {
+        "policy_log_probs": torch.zeros(2, 3),
+        "response_mask": torch.ones(2, 3),
+        "loss_type": "reinforce_with_baseline",
+        "advantages": torch.ones(2, 1),
+    }
+    with pytest.raises(ValueError, match="length_norm"):
+        grpo_loss(**args, length_norm="token_sum")
+    with pytest.raises(ValueError, match="normalize_constant"):
+        grpo_loss(**args, length_norm="masked_normalize")
+    with pytest.raises(ValueError, match="gradient_accumulation_steps"):
+        sft_microbatch_train_step(torch.zeros(2, 3, requires_grad=True), torch.ones(2, 3), 0)
+
+
+def _worked_example():
+    """The handout's example: responses of 4 and 7 tokens, max length 7, ratio 1, A = 2."""
+    ratio = torch.ones(2, 7, requires_grad=True)
+    advantages = torch.full((2, 7), 2.0)
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1, 1]])
+    return ratio, advantages, mask
+
+
+def test_handout_length_normalization_example_on_the_reductions():
+    ratio, advantages, mask = _worked_example()
+    mean = masked_mean(ratio * advantages, mask, dim=1)
+    torch.testing.assert_close(mean, torch.tensor([2.0, 2.0]))
+    mean.mean().backward()
+    expected = torch.tensor([[0.25] * 4 + [0.0] * 3, [1 / 7] * 7])
+    torch.testing.assert_close(ratio.grad, expected, atol=1e-4, rtol=0)
+    torch.testing.assert_close(ratio.grad[1, 0], torch.tensor(0.1429), atol=1e-4, rtol=0)
+
+    ratio.grad = None
+    normalized = masked_normalize(ratio * advantages, mask, dim=1, normalize_constant=7)
+    torch.testing.assert_close(normalized, torch.tensor([1.1429, 2.0]), atol=1e-4, rtol=0)
+    normalized.mean().backward()
+    expected = torch.tensor([[1 / 7] * 4 + [0.0] * 3, [1 / 7] * 7])
+    torch.testing.assert_close(ratio.grad, expected, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "length_norm,per_example,token_grads",
+    [
+        ("masked_mean", [2.0, 2.0], ([0.25] * 4, [1 / 7] * 7)),
+        ("masked_normalize", [8 / 7, 2.0], ([1 / 7] * 4, [1 / 7] * 7)),
+    ],
+)
+def test_handout_length_normalization_example_through_the_train_step(
+    length_norm, per_example, token_grads
+):
+    # r = exp(policy - old) = 1, so d loss / d policy_log_probs = d loss / d r.
+    _, _, mask = _worked_example()
+    policy = torch.zeros(2, 7, requires_grad=True)
+    loss, meta = grpo_microbatch_train_step(
+        policy_log_probs=policy,
+        response_mask=mask,
+        gradient_accumulation_steps=1,
+        loss_type="grpo_no_clip",
+        advantages=torch.full((2, 1), 2.0),
+        old_log_probs=torch.zeros(2, 7),
+        length_norm=length_norm,
+        normalize_constant=7,
+    )
+    # The loss is the negated objective of the handout's example.
+    torch.testing.assert_close(meta["per_example_loss"], -torch.tensor(per_example))
+    torch.testing.assert_close(loss, -torch.tensor(per_example).mean())
+    expected = -torch.tensor([token_grads[0] + [0.0] * 3, token_grads[1]])
+    torch.testing.assert_close(policy.grad, expected)
+
+
+def _split(tensor, k):
+    return tensor.chunk(k) if tensor is not None else [None] * k
+
+
+@given(
+    batches(min_batch=4),
+    st.sampled_from(sorted(LOSS_ARGS)),
+    st.sampled_from(["masked_mean", "masked_normalize"]),
+)
+def test_grpo_accumulation_equals_one_step_over_the_batch(b, loss_type, length_norm):
+    mask = b["mask"].clone()
+    mask[0] = False  # an all-masked response contributes nothing and causes no NaN
+    b["log_probs"], b["old"], b["adv"], b["rewards"] = (
+        b[k][:4] for k in ("log_probs", "old", "adv", "rewards")
+    )
+    mask = mask[:4]
+    options = {
+        "loss_type": loss_type,
+        "length_norm": length_norm,
+        "normalize_constant": 5.0,
+        "cliprange": 0.2,
+    }
+
+    def run(k):
+        policy = b["log_probs"].clone().requires_grad_(True)
+        total = 0.0
+        for lp, m, r, a, o in zip(
+            policy.chunk(k),
+            mask.chunk(k),
+            b["rewards"].chunk(k),
+            b["adv"].chunk(k),
+            b["old"].chunk(k),
+            strict=True,
+        ):
+            loss, _ = grpo_microbatch_train_step(
+                policy_log_probs=lp,
+                response_mask=m,
+                gradient_accumulation_steps=k,
+                raw_rewards=r,
+                advantages=a,
+                old_log_probs=o,
+                **options,
+            )
+            total = total + loss
+        return policy.grad, total
+
+    g1, l1 = run(1)
+    assert not torch.isnan(g1).any()
+    assert torch.equal(g1[0], torch.zeros_like(g1[0]))
+    for k in (2, 4):
+        gk, lk = run(k)
+        torch.testing.assert_close(gk, g1)
+        torch.testing.assert_close(lk, l1)
+
+
+@given(batches(min_batch=4), st.sampled_from([1.0, 3.0]))
+def test_sft_accumulation_equals_one_step_over_the_batch(b, constant):
+    mask = b["mask"][:4]
+    log_probs = b["log_probs"][:4]
+
+    def run(k):
+        policy = log_probs.clone().requires_grad_(True)
+        for lp, m in zip(policy.chunk(k), mask.chunk(k), strict=True):
+            sft_microbatch_train_step(lp, m, k, normalize_constant=constant)
+        return policy.grad
+
+    g1 = run(1)
+    for k in (2, 4):
+        torch.testing.assert_close(run(k), g1)
+
+
+@given(batches(), st.sampled_from([1.0, 4.0]))
+def test_sft_loss_value(b, constant):
+    loss, meta = sft_microbatch_train_step(
+        policy_log_probs=b["log_probs"].clone().requires_grad_(True),
+        response_mask=b["mask"],
+        gradient_accumulation_steps=2,
+        normalize_constant=constant,
+    )
+    per_example = (-b["log_probs"] * b["mask"]).sum(-1) / constant
+    torch.testing.assert_close(meta["per_example_loss"], per_example)
+    torch.testing.assert_close(loss, per_example.mean() / 2)
+
+
+@given(batches(), st.sampled_from(sorted(LOSS_ARGS)))
+def test_torch_func_grad_with_aux_matches_autograd(b, loss_type):
+    def objective(lp):
+        return grpo_loss(
+            policy_log_probs=lp,
+            response_mask=b["mask"],
+            loss_type=loss_type,
+            raw_rewards=b["rewards"],
+            advantages=b["adv"],
+            old_log_probs=b["old"],
+            cliprange=0.2,
+        )
+
+    g, aux = grad(objective, has_aux=True)(b["log_probs"])
+    expected = _grad_of(lambda lp: objective(lp)[0], b["log_probs"])
+    torch.testing.assert_close(g, expected)
+    assert set(aux) >= {"per_example_loss", "clip_fraction"}
+
+    g_sft, _ = grad(lambda lp: sft_loss(lp, b["mask"], 2.0), has_aux=True)(b["log_probs"])
+    torch.testing.assert_close(
+        g_sft, _grad_of(lambda lp: sft_loss(lp, b["mask"], 2.0)[0], b["log_probs"])
+    )
+
+
+@given(batches(), st.sampled_from(sorted(LOSS_ARGS)))
+def test_vmap_equals_row_by_row(b, loss_type):
+    def per_example(lp, m, r, a, o):
+        return grpo_loss(
+            policy_log_probs=lp,
+            response_mask=m,
+            loss_type=loss_type,
+            raw_rewards=r,
+            advantages=a,
+            old_log_probs=o,
+            cliprange=0.2,
+        )
+
+    args = (b["log_probs"], b["mask"], b["rewards"], b["adv"], b["old"])
+    batched, meta = vmap(per_example)(*args)
+    rows = torch.stack([per_example(*(x[i] for x in args))[0] for i in range(args[0].shape[0])])
+    torch.testing.assert_close(batched, rows)
+    # vmapping the scalar per-example loss gives the per-example losses of the batch call.
+    _, whole = per_example(*args)
+    torch.testing.assert_close(batched, whole["per_example_loss"])
+
+    clip_rows = torch.stack(
+        [
+            compute_grpo_clip_loss(b["adv"][i], b["log_probs"][i], b["old"][i], 0.2)[0]
+            for i in range(len(b["adv"]))
+        ]
+    )
+    torch.testing.assert_close(
+        vmap(lambda a, lp, o: compute_grpo_clip_loss(a, lp, o, 0.2)[0])(
+            b["adv"], b["log_probs"], b["old"]
+        ),
+        clip_rows,
+    )
+
+
+def test_all_masked_row_is_zero_and_gradient_free():
+    policy = torch.randn(2, 3, requires_grad=True)
+    mask = torch.tensor([[0, 0, 0], [1, 1, 0]])
+    loss, meta = grpo_microbatch_train_step(
+        policy_log_probs=policy,
+        response_mask=mask,
+        gradient_accumulation_steps=1,
+        loss_type="grpo_clip",
+        advantages=torch.tensor([[1.0], [-1.0]]),
+        old_log_probs=policy.detach() + 0.1,
+        cliprange=0.2,
+    )
+    assert torch.isfinite(loss)
+    assert meta["per_example_loss"][0] == 0
+    assert torch.equal(policy.grad[0], torch.zeros(3))
+
+
+@given(batches())
+def test_metadata_clip_fraction_counts_response_tokens(b):
+    assume(b["mask"].any())
+    _, meta = grpo_loss(
+        policy_log_probs=b["log_probs"],
+        response_mask=b["mask"],
+        loss_type="grpo_clip",
+        advantages=b["adv"],
+        old_log_probs=b["old"],
+        cliprange=0.1,
+    )
+    _, clip_meta = compute_grpo_clip_loss(b["adv"], b["log_probs"], b["old"], 0.1)
+    expected = clip_meta["clipped"][b["mask"]].double().mean()
+    torch.testing.assert_close(meta["clip_fraction"], expected)

@@ -1,0 +1,113 @@
+"""Properties of masked_mean / masked_normalize: masked-out values are irrelevant, an empty
+mask gives 0 (never NaN) and no gradient, and the shapes follow tensor.mean(dim)."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch.func import vmap
+
+from reasoning_core import masked_mean, masked_normalize
+
+finite = st.floats(-1e3, 1e3, allow_nan=False, width=32)
+anything = st.floats(allow_nan=True, allow_infinity=True, width=32)
+
+
+@st.composite
+def masked_pair(draw, values=finite):
+    rows = draw(st.integers(1, 4))
+    cols = draw(st.integers(1, 6))
+    n = rows * cols
+    x = torch.tensor(draw(st.lists(values, min_size=n, max_size=n))).reshape(rows, cols)
+    mask = torch.tensor(draw(st.lists(st.booleans(), min_size=n, max_size=n))).reshape(rows, cols)
+    return x, mask
+
+
+dims = st.sampled_from([None, 0, 1, -1])
+
+
+@given(masked_pair(), masked_pair(values=anything), dims, st.floats(0.5, 10.0))
+def test_values_under_zero_mask_never_change_the_result(pair, other, dim, constant):
+    x, mask = pair
+    junk, _ = other
+    if junk.shape != x.shape:
+        junk = torch.full_like(x, float("nan"))
+    altered = torch.where(mask, x, junk)  # same masked-in values, arbitrary masked-out ones
+    assert torch.equal(masked_mean(altered, mask, dim=dim), masked_mean(x, mask, dim=dim))
+    assert torch.equal(
+        masked_normalize(altered, mask, constant, dim=dim),
+        masked_normalize(x, mask, constant, dim=dim),
+    )
+    # The same holds with an integer 0/1 mask.
+    assert torch.equal(masked_mean(altered, mask.int(), dim=dim), masked_mean(x, mask, dim=dim))
+
+
+@given(masked_pair(), dims)
+def test_masked_mean_is_the_mean_of_the_selected_values(pair, dim):
+    x, mask = pair
+    x64 = x.double()
+    got = masked_mean(x64, mask, dim=dim)
+    assert got.shape == (x64.mean() if dim is None else x64.mean(dim=dim)).shape
+    if dim is None:
+        expected = x64[mask].mean() if mask.any() else torch.tensor(0.0, dtype=torch.float64)
+        torch.testing.assert_close(got, expected)
+        return
+    kept = 1 - dim % 2  # the dimension that is not reduced
+    for i in range(x.shape[kept]):
+        row, row_mask = x64.select(kept, i), mask.select(kept, i)
+        expected = (
+            row[row_mask].mean() if row_mask.any() else torch.tensor(0.0, dtype=torch.float64)
+        )
+        torch.testing.assert_close(got[i], expected)
+
+
+@given(masked_pair(), dims, st.floats(0.5, 10.0))
+def test_masked_normalize_is_the_selected_sum_over_the_constant(pair, dim, constant):
+    x, mask = pair
+    x64 = x.double()
+    got = masked_normalize(x64, mask, constant, dim=dim)
+    expected = (x64 * mask).sum() if dim is None else (x64 * mask).sum(dim)
+    torch.testing.assert_close(got, expected / constant)
+
+
+def test_empty_mask_row_gives_zero_and_no_gradient():
+    x = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], requires_grad=True)
+    mask = torch.tensor([[0, 0, 0], [1, 1, 0]])
+    mean = masked_mean(x, mask, dim=1)
+    assert torch.equal(mean.detach(), torch.tensor([0.0, 4.5]))
+    mean.sum().backward()
+    assert torch.equal(x.grad, torch.tensor([[0.0, 0.0, 0.0], [0.5, 0.5, 0.0]]))
+    # All-empty mask over everything: exactly 0, not NaN.
+    assert torch.equal(masked_mean(x, torch.zeros_like(mask)), torch.tensor(0.0))
+    assert torch.equal(masked_normalize(x, torch.zeros_like(mask), 7.0), torch.tensor(0.0))
+
+
+def test_non_finite_values_under_the_mask_do_not_leak_into_value_or_gradient():
+    x = torch.tensor([[1.0, math.inf, math.nan]], requires_grad=True)
+    mask = torch.tensor([[True, False, False]])
+    out = masked_mean(x, mask, dim=-1) + masked_normalize(x, mask, 2.0, dim=-1)
+    out.sum().backward()
+    assert torch.equal(out.detach(), torch.tensor([1.5]))
+    assert torch.equal(x.grad, torch.tensor([[1.5, 0.0, 0.0]]))
+
+
+@given(masked_pair())
+def test_vmap_equals_row_by_row(pair):
+    x, mask = pair
+    batched = vmap(lambda a, m: masked_mean(a, m, dim=-1))(x, mask)
+    rows = torch.stack([masked_mean(x[i], mask[i], dim=-1) for i in range(x.shape[0])])
+    assert torch.equal(batched, rows)
+    batched = vmap(lambda a, m: masked_normalize(a, m, 3.0))(x, mask)
+    rows = torch.stack([masked_normalize(x[i], mask[i], 3.0) for i in range(x.shape[0])])
+    assert torch.equal(batched, rows)
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2, -1, None])
+def test_shape_follows_tensor_mean(dim):
+    x = torch.randn(2, 3, 4)
+    mask = torch.rand(2, 3, 4) > 0.5
+    expected = x.mean() if dim is None else x.mean(dim)
+    assert masked_mean(x, mask, dim=dim).shape == expected.shape
+    assert masked_normalize(x, mask, dim=dim).shape == expected.shape
