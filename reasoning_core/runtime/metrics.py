@@ -1,0 +1,116 @@
+"""Run outputs that are plain files: ``metrics.jsonl`` and ``generations/step_XXXXXX.jsonl``.
+
+Every metrics line is one JSON object with ``step`` (optimizer steps so far) and ``split``
+(``train`` or ``eval``). Wall-clock measurements go only under keys starting with ``time/``,
+so two runs with the same seed compare equal on everything else (see ARCHITECTURE.md).
+
+Lines are flushed as they are written. A resumed run truncates the file back to the byte
+offset recorded with its last saved training state, so lines logged after that state (and a
+half-written line from a killed process) are dropped and written again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+SPLITS = ("train", "eval")
+
+
+def _plain(value: Any) -> Any:
+    """JSON-friendly scalars: tensors and numpy numbers become floats/ints; NaN/inf become None."""
+    if hasattr(value, "item") and callable(value.item):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class MetricsWriter:
+    """Append-only writer of ``metrics.jsonl``.
+
+    >>> w = MetricsWriter("/tmp/run")                         # doctest: +SKIP
+    >>> w.log({"loss": 0.5, "time/train": 1.2}, step=3, split="train")  # doctest: +SKIP
+    """
+
+    def __init__(self, out_dir: str | Path, name: str = "metrics.jsonl"):
+        self.path = Path(out_dir) / name
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8")
+
+    @property
+    def offset(self) -> int:
+        """Byte length of the file so far (recorded with a training state for resume)."""
+        self._file.flush()
+        return self._file.tell()
+
+    def truncate(self, offset: int) -> None:
+        """Cut the file back to ``offset`` bytes (what it held when a state was saved)."""
+        self._file.flush()
+        self._file.truncate(min(offset, self._file.tell()))
+        self._file.seek(0, os.SEEK_END)
+
+    def log(self, values: dict[str, Any], *, step: int, split: str) -> dict[str, Any]:
+        """Write one line ``{"step": step, "split": split, **values}`` and flush it."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        record = {"step": int(step), "split": split}
+        record.update({k: _plain(v) for k, v in values.items()})
+        self._file.write(json.dumps(record, sort_keys=False) + "\n")
+        self._file.flush()
+        return record
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> MetricsWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """All complete lines of a ``metrics.jsonl`` (or of ``<run>/metrics.jsonl``)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "metrics.jsonl"
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            out.append(json.loads(line))
+    return out
+
+
+def without_time(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records with every ``time/...`` key removed (for reproducibility comparisons)."""
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in records]
+
+
+def generations_path(out_dir: str | Path, step: int) -> Path:
+    return Path(out_dir) / "generations" / f"step_{int(step):06d}.jsonl"
+
+
+def write_generations(out_dir: str | Path, step: int, records: list[dict[str, Any]]) -> Path:
+    """Write one JSON object per example to ``generations/step_XXXXXX.jsonl`` (atomically)."""
+    path = generations_path(out_dir, step)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".jsonl.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps({k: _plain(v) for k, v in record.items()}) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def write_json_atomic(path: str | Path, data: dict[str, Any]) -> Path:
+    """Write ``data`` as pretty JSON through a temporary file and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({k: _plain(v) for k, v in data.items()}, indent=2) + "\n")
+    tmp.replace(path)
+    return path
