@@ -157,7 +157,7 @@ class _ChunkedLogProbs(torch.autograd.Function):
                 None if grad_log_prob is None else grad_log_prob[..., sl],
                 None if grad_entropy is None else grad_entropy[..., sl],
             )
-            grad[..., sl, :] = chunk.to(grad.dtype)
+            grad[..., sl, :] = chunk  # copy_ casts to the logits dtype, no temporary
         return grad, None, None, None
 
 
