@@ -1,0 +1,267 @@
+"""Reward functions: `fn(response, ground_truth) -> {"reward", "format_reward", "answer_reward"}`.
+
+* `r1_zero_reward_fn`: format 1 only if the response contains `</think> <answer>` and, after it,
+  `</answer>`. The answer is the text of the last `<answer>...</answer>`, with a `\\boxed{}`
+  inside it unwrapped. reward = answer reward; format 0 implies answer 0.
+* `question_only_reward_fn`: the answer is the content of the last `\\boxed{}` (or `\\fbox{}`);
+  no box means format 0 (and answer 0).
+* `countdown_reward_fn`: r1 format with any whitespace between `</think>` and `<answer>`; the
+  answer must be an arithmetic expression (+ - * /, parentheses) using each given number exactly
+  once and equal to the target (see `envs.countdown`).
+
+Answer equivalence (`answers_match`): a cheap normalized string comparison first, then
+math-verify (`parse` both sides wrapped in `\\boxed{}`, then `verify(gold, pred)`, gold first).
+
+Time limits: math-verify's own timeout uses `signal.alarm`, which only works in the main thread.
+Called on the main thread these functions use it (`MATH_VERIFY_TIMEOUT` seconds per parse and
+per comparison); on any other thread they run math-verify without a timeout, so a pathological
+answer can take long there. `envs.grade_batch` is the safe way to grade many responses: it runs
+them in worker processes with a hard per-item time limit.
+
+Each reward function carries a `fast` attribute: `fast(response, ground_truth)` returns the
+result dict when it can be decided without math-verify (format failures, string-equal answers,
+two different integers), else None. `grade_batch` uses it to keep easy items in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Callable
+from functools import lru_cache
+
+from envs.countdown import check_countdown_answer
+
+#: seconds math-verify may spend per parse / comparison when called on the main thread;
+#: None disables its (signal.alarm) timeout. Worker processes of `grade_batch` set None and
+#: rely on their hard per-item limit instead.
+MATH_VERIFY_TIMEOUT: int | None = 5
+
+ZERO = {"reward": 0.0, "format_reward": 0.0, "answer_reward": 0.0}
+
+
+def _result(format_ok: bool, answer_ok: bool) -> dict[str, float]:
+    answer = 1.0 if (format_ok and answer_ok) else 0.0
+    return {"reward": answer, "format_reward": 1.0 if format_ok else 0.0, "answer_reward": answer}
+
+
+# ----------------------------------------------------------------------------- extraction
+
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*")
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last `\\boxed{...}` / `\\fbox{...}` (braces matched), or None.
+
+    `\\boxed 5` (no braces) yields the token after the space. An unclosed box yields None.
+    """
+    matches = list(_BOX_RE.finditer(text))
+    for m in reversed(matches):
+        i = m.end()
+        if i < len(text) and text[i] == "{":
+            depth = 0
+            for j in range(i, len(text)):
+                c = text[j]
+                if c == "{":
+                    depth += 1
+                elif c == "}":
+                    depth -= 1
+                    if depth == 0:
+                        return text[i + 1 : j]
+            continue  # unclosed: try an earlier box
+        if m.group(0) != m.group(0).rstrip():  # `\\boxed 5`: the next token
+            token = re.match(r"[^\s$]+", text[i:])
+            if token:
+                return token.group(0)
+    return None
+
+
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def last_answer_tag(text: str) -> str | None:
+    """Text of the last complete `<answer>...</answer>`, or None."""
+    found = _ANSWER_RE.findall(text)
+    return found[-1] if found else None
+
+
+def r1_zero_format_ok(response: str) -> bool:
+    """True iff the response holds `</think> <answer>` and, after it, `</answer>`."""
+    i = response.find("</think> <answer>")
+    return i >= 0 and response.find("</answer>", i) >= 0
+
+
+def extract_r1_answer(response: str) -> str | None:
+    """The graded answer of an r1_zero response (None when the format is wrong)."""
+    if not r1_zero_format_ok(response):
+        return None
+    answer = last_answer_tag(response)
+    if answer is None:
+        return None
+    boxed = last_boxed(answer)
+    return boxed if boxed is not None else answer
+
+
+# ----------------------------------------------------------------------------- equivalence
+
+_STRIP_TOKENS = (
+    "\\left",
+    "\\right",
+    "\\!",
+    "\\,",
+    "\\;",
+    "\\:",
+    "\\ ",
+    "\\displaystyle",
+    "^\\circ",
+    "^{\\circ}",
+    "\\circ",
+    "\\%",
+    "%",
+    "\\$",
+)
+_TEXT_RE = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
+_THOUSANDS_RE = re.compile(r"^-?\d{1,3}(,\d{3})+$")
+_INT_RE = re.compile(r"^-?\d+$")
+
+
+def normalize_answer(s: str) -> str:
+    """A cheap canonical form for string comparison (linear time, no math).
+
+    Drops `$`, spacing commands, `\\left`/`\\right`, degree and percent marks and whitespace;
+    maps `\\dfrac`/`\\tfrac` to `\\frac`; unwraps `\\text{}`; strips a trailing period and
+    thousands commas in integers; lowercases.
+    """
+    s = s.strip().strip("$").strip()
+    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    for tok in _STRIP_TOKENS:
+        s = s.replace(tok, "")
+    s = _TEXT_RE.sub(r"\1", s)
+    s = "".join(s.split())
+    s = s.rstrip(".")
+    if _THOUSANDS_RE.match(s):
+        s = s.replace(",", "")
+    if _INT_RE.match(s):
+        neg = s.startswith("-")
+        digits = s.lstrip("-").lstrip("0") or "0"
+        s = ("-" if neg and digits != "0" else "") + digits
+    return s.lower()
+
+
+def cheap_match(pred: str, gold: str) -> bool | None:
+    """Decide equivalence without math-verify where that is safe; None when undecided.
+
+    True when the normalized strings agree; False when both are integers that differ.
+    """
+    p, g = normalize_answer(pred), normalize_answer(gold)
+    if not p:
+        return False
+    if p == g:
+        return True
+    if _INT_RE.match(p) and _INT_RE.match(g):
+        return False
+    return None
+
+
+def _mv_timeout() -> int | None:
+    if threading.current_thread() is threading.main_thread():
+        return MATH_VERIFY_TIMEOUT
+    return None
+
+
+@lru_cache(maxsize=4096)
+def _parse_gold(gold: str, timeout: int | None):
+    from math_verify import parse
+
+    return parse("\\boxed{" + gold + "}", parsing_timeout=timeout)
+
+
+def math_verify_match(pred: str, gold: str) -> bool:
+    """math-verify equivalence: parse both inside `\\boxed{}`, then `verify(gold, pred)`."""
+    from math_verify import parse, verify
+
+    timeout = _mv_timeout()
+    gold_parsed = _parse_gold(gold, timeout)
+    if not gold_parsed:
+        return False
+    pred_parsed = parse("\\boxed{" + pred + "}", parsing_timeout=timeout)
+    if not pred_parsed:
+        return False
+    return bool(verify(gold_parsed, pred_parsed, timeout_seconds=timeout))
+
+
+def answers_match(pred: str, gold: str) -> bool:
+    """Is the answer `pred` equivalent to the ground truth `gold`? (cheap check, then math-verify)"""
+    decided = cheap_match(pred, gold)
+    if decided is not None:
+        return decided
+    return math_verify_match(pred, gold)
+
+
+# ----------------------------------------------------------------------------- reward functions
+
+
+def _r1_zero_fast(response: str, ground_truth: str) -> dict | None:
+    answer = extract_r1_answer(response)
+    if answer is None:
+        return dict(ZERO)
+    decided = cheap_match(answer, ground_truth)
+    return None if decided is None else _result(True, decided)
+
+
+def r1_zero_reward_fn(response: str, ground_truth: str) -> dict[str, float]:
+    """Reward for the r1_zero template (see the module docstring)."""
+    answer = extract_r1_answer(response)
+    if answer is None:
+        return dict(ZERO)
+    return _result(True, answers_match(answer, ground_truth))
+
+
+def _question_only_fast(response: str, ground_truth: str) -> dict | None:
+    answer = last_boxed(response)
+    if answer is None:
+        return dict(ZERO)
+    decided = cheap_match(answer, ground_truth)
+    return None if decided is None else _result(True, decided)
+
+
+def question_only_reward_fn(response: str, ground_truth: str) -> dict[str, float]:
+    """Reward for the question_only template: the last `\\boxed{}` is the answer."""
+    answer = last_boxed(response)
+    if answer is None:
+        return dict(ZERO)
+    return _result(True, answers_match(answer, ground_truth))
+
+
+_COUNTDOWN_FORMAT_RE = re.compile(r"</think>\s*<answer>")
+
+
+def countdown_reward_fn(response: str, ground_truth: str) -> dict[str, float]:
+    """Reward for Countdown. `ground_truth` is JSON `{"nums": [...], "target": N}`.
+
+    Format: `</think>`, any whitespace, `<answer>`, then `</answer>` later. Answer: the last
+    `<answer>...</answer>` is a valid expression over exactly the given numbers equal to target.
+    """
+    m = _COUNTDOWN_FORMAT_RE.search(response)
+    if m is None or response.find("</answer>", m.end()) < 0:
+        return dict(ZERO)
+    answer = last_answer_tag(response)
+    if answer is None:
+        return dict(ZERO)
+    gt = _parse_countdown_gt(ground_truth)
+    return _result(True, check_countdown_answer(answer, gt[0], gt[1]))
+
+
+@lru_cache(maxsize=4096)
+def _parse_countdown_gt(ground_truth: str) -> tuple[tuple[int, ...], int]:
+    data = json.loads(ground_truth)
+    return tuple(int(n) for n in data["nums"]), int(data["target"])
+
+
+# grade_batch's in-process shortcut; Countdown is always cheap (bounded exact arithmetic).
+r1_zero_reward_fn.fast = _r1_zero_fast
+question_only_reward_fn.fast = _question_only_fast
+countdown_reward_fn.fast = countdown_reward_fn
+
+RewardFn = Callable[[str, str], dict]
