@@ -226,7 +226,11 @@ class Task:
         return rewards.r1_zero_reward_fn
 
     def traces(self, split: str = "train", **kwargs) -> Iterator[Trace]:
-        """Worked solutions for SFT. Tasks without traces raise `NotImplementedError`."""
+        """Worked solutions for SFT. Tasks without traces raise `NotImplementedError`.
+
+        Data-backed tasks accept `path=` (and `limit=`); `envs.sft_data.build_examples` passes
+        `path` only when given and takes the first N traces itself.
+        """
         raise NotImplementedError(f"task {self.name!r} has no SFT traces")
 
     def __repr__(self) -> str:
