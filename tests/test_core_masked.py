@@ -84,6 +84,18 @@ def test_empty_mask_row_gives_zero_and_no_gradient():
     assert torch.equal(masked_normalize(x, torch.zeros_like(mask), 7.0), torch.tensor(0.0))
 
 
+@given(st.integers(1, 8), st.integers(-1000, 1000))
+def test_no_silent_epsilon(count, value):
+    """The mean of ``count`` equal integers is exact: nothing is added to the denominator."""
+    x = torch.full((2, count + 3), float(value), dtype=torch.float64)
+    mask = torch.zeros(2, count + 3, dtype=torch.bool)
+    mask[0, :count] = True
+    assert torch.equal(
+        masked_mean(x, mask, dim=-1), torch.tensor([float(value), 0.0], dtype=torch.float64)
+    )
+    assert torch.equal(masked_mean(x, mask), torch.tensor(float(value), dtype=torch.float64))
+
+
 def test_non_finite_values_under_the_mask_do_not_leak_into_value_or_gradient():
     x = torch.tensor([[1.0, math.inf, math.nan]], requires_grad=True)
     mask = torch.tensor([[True, False, False]])
