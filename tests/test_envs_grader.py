@@ -1,0 +1,128 @@
+"""grade_batch: input order, per-item time limit, failures scored 0 and counted."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+import envs
+from envs import grade_batch, r1_zero_reward_fn
+
+LIMIT = 2.0
+
+
+def _sleepy(response: str, ground_truth: str) -> dict:
+    """Sleeps `response` seconds, then echoes the ground truth as the reward."""
+    time.sleep(float(response))
+    v = float(ground_truth)
+    return {"reward": v, "format_reward": 1.0, "answer_reward": v}
+
+
+def _raises(response: str, ground_truth: str) -> dict:
+    if response == "boom":
+        raise RuntimeError("reward function failed")
+    return {"reward": 1.0, "format_reward": 1.0, "answer_reward": 1.0}
+
+
+def _dies(response: str, ground_truth: str) -> dict:
+    if response == "die":
+        os._exit(3)
+    return {"reward": 1.0, "format_reward": 1.0, "answer_reward": 1.0}
+
+
+def R(answer: str) -> str:
+    return f"x </think> <answer> {answer} </answer>"
+
+
+def _nested_fractions(depth: int) -> str:
+    s = "1"
+    for _ in range(depth):
+        s = "\\frac{1}{1+" + s + "}"
+    return s
+
+
+PATHOLOGICAL = [
+    pytest.param(R("1" * 10_000), "\\frac{1}{2}", id="10000-digit-number"),
+    pytest.param(R("10^{10^{10}}"), "10", id="tower-power"),
+    pytest.param(R(_nested_fractions(200)), "2", id="200-nested-fractions"),
+]
+
+
+@pytest.mark.parametrize(("response", "gt"), PATHOLOGICAL)
+def test_pathological_answer_returns_within_limit(response, gt):
+    grade_batch(r1_zero_reward_fn, [R("\\frac12")], ["0.5"], timeout=LIMIT)  # warm the pool
+    t0 = time.monotonic()
+    out = grade_batch(r1_zero_reward_fn, [response], [gt], timeout=LIMIT)
+    elapsed = time.monotonic() - t0
+    assert elapsed <= LIMIT + 1.0, f"took {elapsed:.2f}s"
+    assert out[0]["reward"] == 0.0
+    assert out.stats.n == 1 and out.stats.pooled == 1
+
+
+def test_pathological_batch_keeps_order_and_counts_timeouts():
+    responses = [R("\\frac12"), R("10^{10^{10}}"), R("0.5"), "no tags", R("\\dfrac{1}{2}")]
+    gts = ["0.5", "10", "1/2", "1", "0.5"]
+    out = grade_batch(r1_zero_reward_fn, responses, gts, timeout=LIMIT, num_workers=2)
+    assert [r["reward"] for r in out] == [1.0, 0.0, 1.0, 0.0, 1.0]
+    assert out.stats.timeouts == 1
+    assert out.stats.fast == 1  # "no tags" is a format failure, decided in-process
+
+
+def test_results_come_back_in_input_order():
+    delays = [0.3, 0.0, 0.2, 0.0, 0.1, 0.05, 0.0, 0.25]
+    gts = [str(i) for i in range(len(delays))]
+    out = grade_batch(_sleepy, [str(d) for d in delays], gts, timeout=5, num_workers=2)
+    assert [r["reward"] for r in out] == [float(i) for i in range(len(delays))]
+    assert out.stats.pooled == len(delays)  # no `fast` attribute: everything in workers
+
+
+def test_hung_item_is_killed_and_the_pool_recovers():
+    t0 = time.monotonic()
+    out = grade_batch(_sleepy, ["60", "0", "0"], ["1", "1", "1"], timeout=1.0, num_workers=2)
+    assert time.monotonic() - t0 < 1.0 + 2.0
+    assert [r["reward"] for r in out] == [0.0, 1.0, 1.0]
+    assert out.stats.timeouts == 1
+    again = grade_batch(_sleepy, ["0"] * 4, ["1"] * 4, timeout=5, num_workers=2)
+    assert [r["reward"] for r in again] == [1.0] * 4
+
+
+def test_raising_reward_fn_scores_zero_and_counts_an_error():
+    out = grade_batch(_raises, ["ok", "boom", "ok"], ["1", "1", "1"], timeout=5)
+    assert [r["reward"] for r in out] == [1.0, 0.0, 1.0]
+    assert out.stats.errors == 1
+
+
+def test_dying_worker_scores_zero_and_is_replaced():
+    out = grade_batch(_dies, ["ok", "die", "ok", "ok"], ["1"] * 4, timeout=5, num_workers=2)
+    assert [r["reward"] for r in out] == [1.0, 0.0, 1.0, 1.0]
+    assert out.stats.errors == 1
+
+
+def test_empty_batch_and_length_mismatch():
+    assert list(grade_batch(r1_zero_reward_fn, [], [])) == []
+    with pytest.raises(ValueError, match="ground truths"):
+        grade_batch(r1_zero_reward_fn, ["a"], [])
+
+
+def test_unpicklable_reward_fn_is_a_clear_error():
+    with pytest.raises(TypeError, match="picklable"):
+        grade_batch(lambda r, g: {}, ["a"], ["b"])
+
+
+def test_fast_path_needs_no_workers():
+    out = grade_batch(r1_zero_reward_fn, [R("7"), R("8"), "junk"], ["7", "7", "7"])
+    assert [r["reward"] for r in out] == [1.0, 0.0, 0.0]
+    assert out.stats.fast == 3 and out.stats.pooled == 0
+
+
+def test_package_exports():
+    for name in (
+        "r1_zero_reward_fn",
+        "question_only_reward_fn",
+        "countdown_reward_fn",
+        "grade_batch",
+        "get_task",
+    ):
+        assert callable(getattr(envs, name))

@@ -1,0 +1,190 @@
+"""Golden table for the reward functions, plus extraction details."""
+
+from __future__ import annotations
+
+import pytest
+
+import envs
+from envs.rewards import (
+    answers_match,
+    cheap_match,
+    last_boxed,
+    normalize_answer,
+    question_only_reward_fn,
+    r1_zero_reward_fn,
+)
+
+
+def R(answer: str) -> str:
+    """An r1_zero response with a well-formed answer."""
+    return f"Let me think. </think> <answer> {answer} </answer>"
+
+
+PM = "\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}"
+
+# (response, ground truth, expected answer reward, expected format reward) for r1_zero.
+R1_GOLDEN = [
+    # fractions vs decimals, \frac vs /, \dfrac
+    (R("0.5"), "\\frac{1}{2}", 1, 1),
+    (R("\\frac{1}{2}"), "0.5", 1, 1),
+    (R("1/2"), "\\frac{1}{2}", 1, 1),
+    (R("\\dfrac{1}{2}"), "\\frac{1}{2}", 1, 1),
+    (R("\\tfrac{3}{4}"), "0.75", 1, 1),
+    (R("0.75"), "\\dfrac{3}{4}", 1, 1),
+    (R("\\frac{3}{4}"), "\\frac{4}{3}", 0, 1),
+    (R("1/3"), "\\frac{1}{3}", 1, 1),
+    (R("0.33"), "\\frac{1}{3}", 0, 1),
+    (R("\\frac{2}{4}"), "\\frac{1}{2}", 1, 1),
+    (R("\\frac{-2}{3}"), "-\\frac{2}{3}", 1, 1),
+    (R("-2/3"), "-\\frac{2}{3}", 1, 1),
+    (R("2/3"), "-\\frac{2}{3}", 0, 1),
+    (R("\\frac12"), "\\frac{1}{2}", 1, 1),
+    # \boxed inside the answer tag
+    (R("\\boxed{7}"), "7", 1, 1),
+    (R("The answer is \\boxed{7}."), "7", 1, 1),
+    (R("\\boxed{\\frac{1}{2}}"), "0.5", 1, 1),
+    (R("\\boxed{8}"), "7", 0, 1),
+    # \text{}
+    (R("\\text{Evelyn}"), "\\text{Evelyn}", 1, 1),
+    (R("Evelyn"), "\\text{Evelyn}", 1, 1),
+    (R("\\text{(C)}"), "\\text{(C)}", 1, 1),
+    (R("(C)"), "\\text{(C)}", 1, 1),
+    (R("(D)"), "\\text{(C)}", 0, 1),
+    # units, degrees, dollars
+    (R("5 \\text{ cm}"), "5", 1, 1),
+    (R("30^\\circ"), "30", 1, 1),
+    (R("30"), "30^\\circ", 1, 1),
+    (R("90^{\\circ}"), "90^\\circ", 1, 1),
+    (R("45^\\circ"), "30^\\circ", 0, 1),
+    (R("\\$18"), "18", 1, 1),
+    # percent
+    (R("50\\%"), "50", 1, 1),
+    (R("50"), "50\\%", 1, 1),
+    (R("25\\%"), "50\\%", 0, 1),
+    # thousands commas
+    (R("1,000"), "1000", 1, 1),
+    (R("1000"), "1,000", 1, 1),
+    (R("1,234,567"), "1234567", 1, 1),
+    (R("1,001"), "1000", 0, 1),
+    # negatives
+    (R("-3"), "-3", 1, 1),
+    (R("3"), "-3", 0, 1),
+    (R("-0.5"), "-\\frac{1}{2}", 1, 1),
+    # x = 3 vs 3
+    (R("x = 3"), "3", 1, 1),
+    (R("x=3"), "3", 1, 1),
+    (R("x = 4"), "3", 0, 1),
+    # intervals
+    (R("(1, 2]"), "(1,2]", 1, 1),
+    (R("[1,2)"), "(1,2]", 0, 1),
+    (R("(-\\infty, 3)"), "(-\\infty,3)", 1, 1),
+    (R("(-\\infty, 3]"), "(-\\infty,3)", 0, 1),
+    (R("x \\in [2,5)"), "[2,5)", 1, 1),
+    # tuples
+    (R("(3, \\frac{\\pi}{2})"), "\\left( 3, \\frac{\\pi}{2} \\right)", 1, 1),
+    (R("(1,2,3)"), "(1, 2, 3)", 1, 1),
+    (R("(1,3,2)"), "(1, 2, 3)", 0, 1),
+    # pi
+    (R("2\\pi"), "2\\pi", 1, 1),
+    (R("\\pi/2"), "\\frac{\\pi}{2}", 1, 1),
+    (R("6.28"), "2\\pi", 0, 1),
+    (R("3.14"), "\\pi", 0, 1),
+    # square roots
+    (R("\\sqrt{2}/2"), "\\frac{\\sqrt{2}}{2}", 1, 1),
+    (R("\\frac{1}{\\sqrt{2}}"), "\\frac{\\sqrt{2}}{2}", 1, 1),
+    (R("\\sqrt{27}"), "3\\sqrt{3}", 1, 1),
+    (R("11\\sqrt2"), "11\\sqrt{2}", 1, 1),
+    (R("\\sqrt{3}"), "3\\sqrt{3}", 0, 1),
+    # matrices
+    (R(PM), PM, 1, 1),
+    (R(PM.replace("pmatrix", "bmatrix")), PM, 1, 1),
+    (R(PM.replace("4", "5")), PM, 0, 1),
+    (
+        R("\\begin{pmatrix} -1 \\\\ 2 \\end{pmatrix}"),
+        "\\begin{pmatrix} -1 \\\\ 2 \\end{pmatrix}",
+        1,
+        1,
+    ),
+    # other forms
+    (R("x^2+7x+10"), "x^2 + 7x + 10", 1, 1),
+    (R("3, 5"), "5, 3", 1, 1),
+    (R("5.0"), "5", 1, 1),
+    (R("5.01"), "5", 0, 1),
+    (R("\\infty"), "\\infty", 1, 1),
+    (R("$7$"), "7", 1, 1),
+    (R(" "), "7", 0, 1),  # well-formed but empty answer
+    # the last <answer> counts
+    ("a </think> <answer> 3 </answer> b <answer> 7 </answer>", "7", 1, 1),
+    ("a </think> <answer> 7 </answer> b <answer> 3 </answer>", "7", 0, 1),
+    # format failures: reward, format and answer all 0
+    ("a </think><answer> 7 </answer>", "7", 0, 0),  # no space between the tags
+    ("a </think>  <answer> 7 </answer>", "7", 0, 0),  # two spaces
+    ("a </think> <answer> 7", "7", 0, 0),  # missing closing tag
+    ("The answer is 7", "7", 0, 0),  # no tags
+    ("<answer> 7 </answer>", "7", 0, 0),  # no </think>
+    ("</answer> a </think> <answer> 7", "7", 0, 0),  # closing tag only before
+    ("\\boxed{7}", "7", 0, 0),  # a box is not an answer tag
+]
+
+Q_GOLDEN = [
+    ("so the answer is \\boxed{7}.", "7", 1, 1),
+    ("\\boxed{3} no wait, \\boxed{7}", "7", 1, 1),
+    ("\\boxed{\\frac{1}{2}}", "0.5", 1, 1),
+    ("\\boxed{8}", "7", 0, 1),
+    ("\\fbox{7}", "7", 1, 1),
+    ("The answer is 7", "7", 0, 0),
+    ("\\boxed{7", "7", 0, 0),  # unclosed box
+    ("\\boxed{x = 3}", "3", 1, 1),
+]
+
+
+def _expected(answer: int, fmt: int) -> dict:
+    return {"reward": float(answer), "format_reward": float(fmt), "answer_reward": float(answer)}
+
+
+def test_golden_table_is_large_enough():
+    assert len(R1_GOLDEN) + len(Q_GOLDEN) >= 60
+
+
+@pytest.mark.parametrize(("response", "gt", "answer", "fmt"), R1_GOLDEN)
+def test_r1_zero_golden(response, gt, answer, fmt):
+    assert r1_zero_reward_fn(response, gt) == _expected(answer, fmt)
+
+
+@pytest.mark.parametrize(("response", "gt", "answer", "fmt"), Q_GOLDEN)
+def test_question_only_golden(response, gt, answer, fmt):
+    assert question_only_reward_fn(response, gt) == _expected(answer, fmt)
+
+
+def test_grade_batch_agrees_with_golden_table():
+    responses = [row[0] for row in R1_GOLDEN]
+    gts = [row[1] for row in R1_GOLDEN]
+    expected = [_expected(a, f) for _, _, a, f in R1_GOLDEN]
+    got = envs.grade_batch(envs.r1_zero_reward_fn, responses, gts, timeout=10)
+    assert list(got) == expected
+    assert got.stats.timeouts == 0 and got.stats.errors == 0
+
+
+def test_rewards_are_floats_with_three_keys():
+    out = r1_zero_reward_fn(R("1"), "1")
+    assert set(out) == {"reward", "format_reward", "answer_reward"}
+    assert all(type(v) is float for v in out.values())
+
+
+def test_last_boxed_matches_braces():
+    assert last_boxed("\\boxed{\\frac{1}{2}} and \\boxed{x^{2}}") == "x^{2}"
+    assert last_boxed("\\boxed 5") == "5"
+    assert last_boxed("no box") is None
+    assert last_boxed("\\boxed{unclosed") is None
+
+
+def test_cheap_path_decides_integers_only():
+    assert cheap_match("1,000", "1000") is True
+    assert cheap_match("12", "13") is False
+    assert cheap_match("0.5", "\\frac{1}{2}") is None  # left to math-verify
+    assert normalize_answer("\\dfrac{1}{2}") == normalize_answer("\\frac{1}{2}")
+
+
+def test_answers_match_is_gold_first():
+    # A huge integer against an integer gold is decided without math-verify.
+    assert answers_match("9" * 10_000, "7") is False
