@@ -157,16 +157,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--vocab", type=int, default=151_936)
-    parser.add_argument("--chunk-size", type=int, default=None, help="tokens per chunk")
+    parser.add_argument(
+        "--chunk-size", type=int, default=None, help="tokens per chunk (default: the library's)"
+    )
     parser.add_argument("--scale", type=float, default=3.0, help="std of the random logits")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--worker", nargs=3, metavar=("VARIANT", "SCENARIO", "OUT"))
     args = parser.parse_args()
-    if args.chunk_size is None:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        from reasoning_core.logprobs import DEFAULT_CHUNK_TOKENS
-
-        args.chunk_size = DEFAULT_CHUNK_TOKENS
     if args.worker:
         variant, scenario, out = args.worker
         worker(variant, scenario, args, Path(out))
@@ -174,9 +171,12 @@ def main() -> None:
 
     import torch
 
+    from reasoning_core.logprobs import CHUNK_ELEMENTS
+
+    chunk = args.chunk_size or max(1, CHUNK_ELEMENTS // args.vocab)
     print(
-        f"B={args.batch} T={args.seq} V={args.vocab} bf16 logits, chunk_size={args.chunk_size} "
-        f"tokens, torch {torch.__version__}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}"
+        f"B={args.batch} T={args.seq} V={args.vocab} bf16 logits, chunk_size={chunk} tokens, "
+        f"torch {torch.__version__}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}"
     )
     results: dict[tuple[str, str], dict] = {}
     tensors: dict[tuple[str, str], dict] = {}
@@ -200,7 +200,9 @@ def main() -> None:
                     "--vocab",
                     str(args.vocab),
                 ]
-                cmd += ["--chunk-size", str(args.chunk_size), "--scale", str(args.scale)]
+                cmd += ["--scale", str(args.scale)]
+                if args.chunk_size is not None:
+                    cmd += ["--chunk-size", str(args.chunk_size)]
                 cmd += ["--seed", str(args.seed)]
                 subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parents[1])
                 results[variant, scenario] = json.loads(out.read_text())

@@ -9,7 +9,7 @@ neither are transformers or vllm (models and tokenizers are passed in and duck-t
 
 from .advantages import compute_group_normalized_rewards, group_normalize
 from .logprobs import (
-    DEFAULT_CHUNK_TOKENS,
+    CHUNK_ELEMENTS,
     compute_entropy,
     get_response_log_probs,
     log_probs_from_logits,
@@ -30,7 +30,7 @@ from .masked import masked_mean, masked_normalize
 from .tokenization import tokenize_prompt_and_output
 
 __all__ = [
-    "DEFAULT_CHUNK_TOKENS",
+    "CHUNK_ELEMENTS",
     "LENGTH_NORMS",
     "LOSS_TYPES",
     "compute_entropy",

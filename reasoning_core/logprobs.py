@@ -33,21 +33,25 @@ import torch
 from ._typing import Float, Int, Tensor
 
 __all__ = [
-    "DEFAULT_CHUNK_TOKENS",
+    "CHUNK_ELEMENTS",
     "compute_entropy",
     "get_response_log_probs",
     "log_probs_from_logits",
 ]
 
-DEFAULT_CHUNK_TOKENS = 256
-"""Tokens (over all leading dimensions) per chunk: at V = 151,936 one float32 chunk is
-about 150 MB, and a chunk pass holds two of them."""
+CHUNK_ELEMENTS = 2**25
+"""Default chunk budget in logits elements: one float32 chunk buffer is 128 MiB (220 tokens
+at V = 151,936) and a chunk pass holds two. Small vocabularies get long chunks (few Python
+iterations), large ones short chunks."""
 
 
-def _chunk_len(logits: Tensor, chunk_size: int) -> int:
+def _chunk_len(logits: Tensor, chunk_size: int | None) -> int:
     """Sequence positions per chunk so that a chunk holds about ``chunk_size`` tokens."""
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    vocab = max(logits.shape[-1], 1)
+    if chunk_size is None:
+        chunk_size = max(1, CHUNK_ELEMENTS // vocab)
+    if not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int or None, got {chunk_size!r}")
     rows = 1
     for d in logits.shape[:-2]:
         rows *= d
@@ -164,7 +168,7 @@ class _ChunkedLogProbs(torch.autograd.Function):
 def log_probs_from_logits(
     logits: Float[Tensor, "*batch seq vocab"],
     labels: Int[Tensor, "*batch seq"],
-    chunk_size: int = DEFAULT_CHUNK_TOKENS,
+    chunk_size: int | None = None,
     return_entropy: bool = False,
 ) -> dict[str, Float[Tensor, "*batch seq"]]:
     r"""Log-probability of each label under ``softmax(logits)``, and optionally the entropy.
@@ -182,6 +186,7 @@ def log_probs_from_logits(
         labels: token ids in ``[0, V)``.
         chunk_size: tokens per chunk, counted over all leading dimensions; it trades speed
             for the size of the float32 temporaries (about ``2 * chunk_size * V * 4`` bytes).
+            ``None`` (default) picks ``CHUNK_ELEMENTS // V`` tokens.
         return_entropy: also return ``token_entropy``.
 
     Returns:
@@ -220,7 +225,7 @@ def compute_entropy(
     """
     # The entropy does not depend on the labels; class 0 is a valid dummy.
     labels = torch.zeros(logits.shape[:-1], dtype=torch.long, device=logits.device)
-    outputs = _ChunkedLogProbs.apply(logits, labels, _chunk_len(logits, DEFAULT_CHUNK_TOKENS), True)
+    outputs = _ChunkedLogProbs.apply(logits, labels, _chunk_len(logits, None), True)
     return outputs[2]
 
 
@@ -229,7 +234,7 @@ def get_response_log_probs(
     input_ids: Int[Tensor, "batch seq"],
     labels: Int[Tensor, "batch seq"],
     return_token_entropy: bool = False,
-    chunk_size: int = DEFAULT_CHUNK_TOKENS,
+    chunk_size: int | None = None,
 ) -> dict[str, Float[Tensor, "batch seq"]]:
     """Per-token ``log p(labels[t] | input_ids[:t+1])`` under a causal LM.
 
