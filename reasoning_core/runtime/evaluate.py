@@ -1,0 +1,458 @@
+"""Zero-shot evaluation (the handout's ``math_baseline``) and ``log_generations``.
+
+- :func:`evaluate_policy`: format a task's prompts, sample with any rollout engine, grade in
+  batch with ``envs.grade_batch``; returns summary metrics and one record per response. The
+  trainers call it for their periodic evaluation.
+- :func:`category_report`: the handout's three categories (format 1 & answer 1; format 1 &
+  answer 0; format 0) with counts and a few examples each.
+- :func:`log_generations`: the in-the-loop logging of SPEC section 1 (records with rewards and
+  mean token entropy, plus mean response lengths overall / correct / incorrect).
+- ``rrl eval --config F --out DIR`` (:func:`main`): writes ``config.yaml``,
+  ``generations/step_000000.jsonl`` (per example: prompt, response, ground truth, the three
+  rewards, response length in tokens, finish reason), ``summary.json`` (metrics and categories),
+  one ``eval`` line in ``metrics.jsonl`` and, last, ``done.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+from reasoning_core.runtime.config import ConfigError, parse_run_args, resolve, save_config
+from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams
+
+CATEGORIES = ("correct", "wrong_answer", "bad_format")
+CATEGORY_HELP = {
+    "correct": "format reward 1 and answer reward 1",
+    "wrong_answer": "format reward 1 and answer reward 0",
+    "bad_format": "format reward 0",
+}
+
+
+def _is_one(x: float) -> bool:
+    return x >= 1.0 - 1e-9
+
+
+def category(record: dict[str, Any]) -> str:
+    """``correct`` / ``wrong_answer`` / ``bad_format`` from a record's rewards."""
+    if not _is_one(record["format_reward"]):
+        return "bad_format"
+    return "correct" if _is_one(record["answer_reward"]) else "wrong_answer"
+
+
+class EvalResult(NamedTuple):
+    """``(summary, records)``; unpacks as a pair.
+
+    ``summary`` keys: ``accuracy`` (= mean answer reward), ``answer_reward``,
+    ``format_reward``, ``reward``, ``num_examples``, ``num_responses``, ``response_length``
+    (mean tokens), ``finish_length_fraction`` (share cut at ``max_tokens``) and one count per
+    category (``correct``, ``wrong_answer``, ``bad_format``); wall-clock under ``time/generate``
+    and ``time/grade``.
+    """
+
+    summary: dict[str, Any]
+    records: list[dict[str, Any]]
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        return self.summary
+
+
+def evaluate_policy(
+    engine: RolloutEngine,
+    examples: list[Any],
+    task: Any,
+    template: str,
+    params: SamplingParams,
+    *,
+    batch_size: int | None = None,
+    reward_fn: Any = None,
+    grade_timeout: float | None = None,
+    num_workers: int | None = None,
+    progress: bool = False,
+) -> EvalResult:
+    """Sample ``params.n`` responses per example and grade them.
+
+    Args:
+        engine: any rollout engine (its current weights are evaluated; sync before calling).
+        examples: ``envs.Example`` objects (``id``, ``question``, ``ground_truth``).
+        task: the ``envs.Task`` that formats prompts (and supplies the reward function).
+        template: prompt template name (``r1_zero``, ``question_only``, ``countdown``).
+        params: sampling settings (the handout's eval: temperature 1, top_p 1, 1024 tokens,
+            stop at ``</answer>`` kept).
+        batch_size: prompts per ``engine.generate`` call (all at once when None).
+        reward_fn: overrides ``task.reward_fn(template)``.
+        grade_timeout, num_workers: passed to ``envs.grade_batch`` (its defaults when None).
+        progress: show a progress bar over examples (stderr).
+    """
+    import envs
+
+    t0 = time.perf_counter()
+    prompts = [task.format_prompt(ex, template) for ex in examples]
+    step = batch_size or max(1, len(prompts))
+    completions = []
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(prompts), desc="generate", unit="ex", file=sys.stderr)
+    for start in range(0, len(prompts), step):
+        chunk = prompts[start : start + step]
+        completions.extend(engine.generate(chunk, params))
+        if bar is not None:
+            bar.update(len(chunk))
+    if bar is not None:
+        bar.close()
+
+    records: list[dict[str, Any]] = []
+    for ex, prompt, outs in zip(examples, prompts, completions, strict=True):
+        for j, c in enumerate(outs):
+            record = {"id": ex.id}
+            if params.n > 1:
+                record["sample"] = j
+            record.update(
+                prompt=prompt,
+                response=c.text,
+                ground_truth=ex.ground_truth,
+                response_length=len(c.token_ids),
+                finish_reason=c.finish_reason,
+            )
+            records.append(record)
+
+    t1 = time.perf_counter()
+    fn = reward_fn if reward_fn is not None else task.reward_fn(template)
+    grade_kwargs: dict[str, Any] = {}
+    if grade_timeout is not None:
+        grade_kwargs["timeout"] = grade_timeout
+    if num_workers is not None:
+        grade_kwargs["num_workers"] = num_workers
+    scores = envs.grade_batch(
+        fn, [r["response"] for r in records], [r["ground_truth"] for r in records], **grade_kwargs
+    )
+    for record, score in zip(records, scores, strict=True):
+        record["reward"] = float(score["reward"])
+        record["format_reward"] = float(score["format_reward"])
+        record["answer_reward"] = float(score["answer_reward"])
+        record["category"] = category(record)
+    summary = summarize(records, num_examples=len(examples))
+    summary["time/generate"] = t1 - t0
+    summary["time/grade"] = time.perf_counter() - t1
+    return EvalResult(summary, records)
+
+
+def summarize(records: list[dict[str, Any]], num_examples: int | None = None) -> dict[str, Any]:
+    n = len(records)
+
+    def mean(key: str) -> float:
+        return sum(float(r[key]) for r in records) / n if n else 0.0
+
+    summary: dict[str, Any] = {
+        "accuracy": mean("answer_reward"),
+        "answer_reward": mean("answer_reward"),
+        "format_reward": mean("format_reward"),
+        "reward": mean("reward"),
+        "num_examples": n if num_examples is None else num_examples,
+        "num_responses": n,
+        "response_length": mean("response_length"),
+        "finish_length_fraction": (
+            sum(r["finish_reason"] == "length" for r in records) / n if n else 0.0
+        ),
+    }
+    for name in CATEGORIES:
+        summary[name] = sum(category(r) == name for r in records)
+    return summary
+
+
+def category_report(records: list[dict[str, Any]], examples_per_category: int = 3) -> dict:
+    """Counts, fractions and the first few records of each category."""
+    n = max(1, len(records))
+    report = {}
+    for name in CATEGORIES:
+        members = [r for r in records if category(r) == name]
+        report[name] = {
+            "description": CATEGORY_HELP[name],
+            "count": len(members),
+            "fraction": len(members) / n,
+            "examples": members[:examples_per_category],
+        }
+    return report
+
+
+# ---------------------------------------------------------------------------------------------
+# log_generations (SPEC section 1)
+
+
+def log_generations(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[str],
+    responses: list[str],
+    ground_truths: list[str],
+    rewards: list[dict[str, float]] | None = None,
+    *,
+    reward_fn: Any = None,
+    micro_batch_size: int = 8,
+) -> dict[str, Any]:
+    """In-the-loop generation logging; returns records, the caller writes them.
+
+    For each (prompt, response, ground truth): the format/answer/total reward (from ``rewards``,
+    or graded with ``reward_fn`` through ``envs.grade_batch``) and the mean entropy of the
+    model's next-token distribution over the response tokens. Also the mean response length
+    (tokens) over all responses, over correct ones (answer reward 1) and over incorrect ones
+    (None when there are none).
+
+    Returns ``{"records": [...], "mean_response_length", "mean_response_length_correct",
+    "mean_response_length_incorrect", "mean_token_entropy"}``.
+    """
+    import torch
+
+    from reasoning_core import get_response_log_probs, tokenize_prompt_and_output
+
+    if not len(prompts) == len(responses) == len(ground_truths):
+        raise ValueError("prompts, responses and ground_truths must have the same length")
+    if rewards is None:
+        if reward_fn is None:
+            raise ValueError("log_generations needs rewards or a reward_fn")
+        import envs
+
+        rewards = list(envs.grade_batch(reward_fn, list(responses), list(ground_truths)))
+    device = next(model.parameters()).device
+    entropies: list[float] = []
+    lengths: list[int] = []
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for start in range(0, len(prompts), micro_batch_size):
+                sl = slice(start, start + micro_batch_size)
+                batch = tokenize_prompt_and_output(
+                    prompt_strs=list(prompts[sl]),
+                    output_strs=list(responses[sl]),
+                    tokenizer=tokenizer,
+                )
+                out = get_response_log_probs(
+                    model=model,
+                    input_ids=batch["input_ids"].to(device),
+                    labels=batch["labels"].to(device),
+                    return_token_entropy=True,
+                )
+                mask = batch["response_mask"].to(device).float()
+                count = mask.sum(-1)
+                ent = (out["token_entropy"].float() * mask).sum(-1) / count.clamp(min=1)
+                entropies.extend(ent.tolist())
+                lengths.extend(int(c) for c in count.tolist())
+    finally:
+        model.train(was_training)
+
+    records = []
+    for i in range(len(prompts)):
+        r = rewards[i]
+        records.append(
+            {
+                "prompt": prompts[i],
+                "response": responses[i],
+                "ground_truth": ground_truths[i],
+                "reward": float(r["reward"]),
+                "format_reward": float(r["format_reward"]),
+                "answer_reward": float(r["answer_reward"]),
+                "mean_token_entropy": entropies[i],
+                "response_length": lengths[i],
+            }
+        )
+
+    def mean(xs: list[float]) -> float | None:
+        return sum(xs) / len(xs) if xs else None
+
+    correct = [rec["response_length"] for rec in records if _is_one(rec["answer_reward"])]
+    wrong = [rec["response_length"] for rec in records if not _is_one(rec["answer_reward"])]
+    return {
+        "records": records,
+        "mean_response_length": mean([float(x) for x in lengths]),
+        "mean_response_length_correct": mean([float(x) for x in correct]),
+        "mean_response_length_incorrect": mean([float(x) for x in wrong]),
+        "mean_token_entropy": mean(entropies),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# rrl eval
+
+
+@dataclass
+class EvalConfig:
+    """Settings of ``rrl eval`` (section ``eval`` of a config file)."""
+
+    model_path: str
+    task: str = "math"
+    split: str = "test"
+    template: str = "r1_zero"
+    data_path: str | None = None  # read the split from this JSONL instead of the vendored data
+    limit: int | None = None  # evaluate only the first `limit` examples
+    engine: Literal["vllm", "hf"] = "vllm"
+    dtype: str = "float32"  # model dtype (bfloat16 on a GPU)
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 1024
+    min_tokens: int = 0
+    stop: list[str] = field(default_factory=lambda: ["</answer>"])
+    include_stop_str_in_output: bool = True
+    seed: int = 0
+    batch_size: int = 256  # prompts per generate call
+    max_model_len: int | None = None  # vLLM only
+    kv_cache_memory_bytes: int | None = None  # vLLM only (default 1 GiB on CPU)
+    gpu_memory_utilization: float = 0.85  # vLLM on a GPU only
+    grade_timeout: float = 10.0
+    examples_per_category: int = 3
+
+    def validate(self) -> None:
+        import envs
+
+        if self.task not in envs.task_names():
+            raise ConfigError(
+                f"setting 'task' must be one of {envs.task_names()}, got {self.task!r}"
+            )
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError(f"setting 'limit' must be >= 1, got {self.limit}")
+        try:
+            self.sampling_params()
+        except ValueError as exc:
+            raise ConfigError(f"sampling settings: {exc}") from exc
+
+    def sampling_params(self) -> SamplingParams:
+        return SamplingParams(
+            n=self.n,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=self.max_tokens,
+            min_tokens=self.min_tokens,
+            stop=list(self.stop),
+            include_stop_str_in_output=self.include_stop_str_in_output,
+            seed=self.seed,
+        )
+
+
+def build_engine(cfg: EvalConfig) -> RolloutEngine:
+    from reasoning_core.runtime.rollout import make_engine
+
+    if cfg.engine == "hf":
+        return make_engine("hf", cfg.model_path, None, dtype=cfg.dtype)
+    return make_engine(
+        "vllm",
+        cfg.model_path,
+        None,
+        dtype=cfg.dtype,
+        seed=cfg.seed,
+        max_model_len=cfg.max_model_len,
+        kv_cache_memory_bytes=cfg.kv_cache_memory_bytes,
+        gpu_memory_utilization=cfg.gpu_memory_utilization,
+    )
+
+
+def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict[str, Any]:
+    """Run the evaluation described by ``cfg`` into folder ``out``; returns ``done.json``'s data."""
+    import envs
+    from reasoning_core.runtime.metrics import MetricsWriter, write_generations, write_json_atomic
+
+    out = Path(out)
+    if (out / "done.json").is_file():
+        return json.loads((out / "done.json").read_text())
+    t0 = time.perf_counter()
+    save_config(cfg, out)
+    task = envs.get_task(cfg.task)
+    examples = task.load(cfg.split, path=cfg.data_path, limit=cfg.limit)
+    if not examples:
+        raise ConfigError(f"task {cfg.task!r} split {cfg.split!r} has no examples")
+    engine = build_engine(cfg)
+    t1 = time.perf_counter()
+    summary, records = evaluate_policy(
+        engine,
+        examples,
+        task,
+        cfg.template,
+        cfg.sampling_params(),
+        batch_size=cfg.batch_size,
+        grade_timeout=cfg.grade_timeout,
+        progress=progress,
+    )
+    t2 = time.perf_counter()
+    write_generations(out, 0, records)
+    report = {
+        "task": cfg.task,
+        "split": cfg.split,
+        "template": cfg.template,
+        "model_path": cfg.model_path,
+        "metrics": summary,
+        "categories": category_report(records, cfg.examples_per_category),
+    }
+    (out / "summary.json").write_text(json.dumps(report, indent=2) + "\n")
+    with MetricsWriter(out) as metrics:
+        metrics.truncate(0)  # a rerun after a crash starts this one-line file afresh
+        metrics.log(
+            {
+                "accuracy": summary["accuracy"],
+                "format_reward": summary["format_reward"],
+                "reward": summary["reward"],
+                "num_examples": summary["num_examples"],
+                "response_length": summary["response_length"],
+                "time/elapsed": t2 - t0,
+                "time/startup": t1 - t0,
+                "time/rollout": summary["time/generate"],
+                "time/grade": summary["time/grade"],
+            },
+            step=0,
+            split="eval",
+        )
+    done = {
+        "eval_accuracy": summary["accuracy"],
+        "eval_format_reward": summary["format_reward"],
+        "eval_reward": summary["reward"],
+        "eval_examples": summary["num_examples"],
+        "wall_seconds": time.perf_counter() - t0,
+    }
+    close = getattr(engine, "close", None)
+    if callable(close):
+        close()
+    write_json_atomic(out / "done.json", done)
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_run_args(
+        list(sys.argv[1:] if argv is None else argv),
+        "Zero-shot evaluation: sample responses to a task's eval split and grade them.",
+    )
+    try:
+        cfg = resolve(EvalConfig, args, "eval")
+    except ConfigError as exc:
+        print(f"rrl eval: {exc}", file=sys.stderr)
+        return 2
+    done = run_eval(cfg, args.out)
+    summary = json.loads((Path(args.out) / "summary.json").read_text())["metrics"]
+    counts = ", ".join(f"{k} {summary[k]}" for k in CATEGORIES)
+    print(
+        f"{cfg.task}/{cfg.split}: accuracy {done['eval_accuracy']:.4f}, format reward "
+        f"{done['eval_format_reward']:.4f} on {done['eval_examples']} examples ({counts}); "
+        f"{done['wall_seconds']:.1f} s"
+    )
+    return 0
+
+
+__all__ = [
+    "EvalConfig",
+    "EvalResult",
+    "category",
+    "category_report",
+    "evaluate_policy",
+    "log_generations",
+    "main",
+    "run_eval",
+    "summarize",
+]
+
+if __name__ == "__main__":
+    sys.exit(main())

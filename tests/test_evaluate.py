@@ -1,0 +1,179 @@
+"""Zero-shot evaluation end to end on a handful of arithmetic problems, and log_generations."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from tiny_model import build_model, build_tokenizer, save_tiny_model
+
+import envs
+from reasoning_core.runtime import evaluate
+from reasoning_core.runtime.rollout import Completion, SamplingParams
+
+
+class ScriptedEngine:
+    """Answers example k (in prompt order) with ``responses[k % len(responses)]``."""
+
+    def __init__(self, responses):
+        self.responses = responses
+        self.calls = []
+        self.answered = 0
+
+    def generate(self, prompts, params):
+        self.calls.append((list(prompts), params))
+        out = []
+        for _ in prompts:
+            text = self.responses[self.answered % len(self.responses)]
+            self.answered += 1
+            ids = list(range(len(text) // 2 + 1))
+            out.append([Completion(text, ids, [0.0] * len(ids), "stop")] * params.n)
+        return out
+
+    def sync_weights(self, model):
+        pass
+
+
+@pytest.fixture(scope="module")
+def task():
+    return envs.get_task("arithmetic")
+
+
+@pytest.fixture(scope="module")
+def examples(task):
+    return task.load("test", limit=6)
+
+
+def scripted_for(examples):
+    """Two correct, two with a wrong answer, two badly formatted responses."""
+    texts = []
+    for i, ex in enumerate(examples):
+        if i % 3 == 0:
+            texts.append(f"easy </think> <answer>{ex.ground_truth}</answer>")
+        elif i % 3 == 1:
+            texts.append("hmm </think> <answer>-123456789</answer>")
+        else:
+            texts.append(f"the answer is {ex.ground_truth}")
+    return texts
+
+
+def test_evaluate_policy_counts_categories(task, examples):
+    engine = ScriptedEngine(scripted_for(examples))
+    params = SamplingParams(max_tokens=32)
+    summary, records = evaluate.evaluate_policy(
+        engine, examples, task, "r1_zero", params, batch_size=4
+    )
+    assert [len(p) for p, _ in engine.calls] == [4, 2]
+    assert (summary["correct"], summary["wrong_answer"], summary["bad_format"]) == (2, 2, 2)
+    assert summary["accuracy"] == pytest.approx(2 / 6)
+    assert summary["format_reward"] == pytest.approx(4 / 6)
+    assert summary["num_examples"] == 6
+    assert [r["category"] for r in records] == ["correct", "wrong_answer", "bad_format"] * 2
+    for r, ex in zip(records, examples, strict=True):
+        assert r["prompt"] == task.format_prompt(ex, "r1_zero")
+        assert r["ground_truth"] == ex.ground_truth
+        assert r["finish_reason"] == "stop"
+        assert r["response_length"] > 0
+        assert {"reward", "format_reward", "answer_reward"} <= set(r)
+    report = evaluate.category_report(records, examples_per_category=1)
+    assert {k: v["count"] for k, v in report.items()} == {
+        "correct": 2,
+        "wrong_answer": 2,
+        "bad_format": 2,
+    }
+    assert all(len(v["examples"]) == 1 for v in report.values())
+
+
+def test_rrl_eval_writes_run_folder(tmp_path, monkeypatch, examples):
+    """The command end to end; the engine is scripted so the counts are known."""
+    engine = ScriptedEngine(scripted_for(examples))
+    monkeypatch.setattr(evaluate, "build_engine", lambda cfg: engine)
+    out = tmp_path / "run"
+    argv = ["--set", "model_path=unused", "--set", "task=arithmetic", "--set", "limit=6"]
+    assert evaluate.main([*argv, "--set", "split=test", "--out", str(out)]) == 0
+    assert engine.calls[0][1].temperature == 1.0 and engine.calls[0][1].stop == ["</answer>"]
+
+    lines = (out / "generations" / "step_000000.jsonl").read_text().splitlines()
+    assert len(lines) == 6
+    first = json.loads(lines[0])
+    for key in (
+        "prompt",
+        "response",
+        "ground_truth",
+        "reward",
+        "format_reward",
+        "answer_reward",
+        "response_length",
+        "finish_reason",
+    ):
+        assert key in first
+    summary = json.loads((out / "summary.json").read_text())
+    assert {k: v["count"] for k, v in summary["categories"].items()} == {
+        "correct": 2,
+        "wrong_answer": 2,
+        "bad_format": 2,
+    }
+    (metrics,) = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert metrics["step"] == 0 and metrics["split"] == "eval"
+    assert metrics["accuracy"] == pytest.approx(2 / 6) and metrics["num_examples"] == 6
+    done = json.loads((out / "done.json").read_text())
+    assert done["eval_accuracy"] == pytest.approx(2 / 6)
+    assert done["eval_format_reward"] == pytest.approx(4 / 6)
+    assert done["eval_examples"] == 6
+    assert (out / "config.yaml").is_file()
+    # a finished run is not redone
+    assert evaluate.main([*argv, "--out", str(out)]) == 0
+    assert len(engine.calls) == 1
+
+
+def test_rrl_eval_with_real_hf_engine(tmp_path):
+    model_dir = save_tiny_model(tmp_path / "model")
+    out = tmp_path / "run"
+    argv = [
+        "--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "split=test",
+        "--set", "limit=4", "--set", "engine=hf", "--set", "max_tokens=12", "--out", str(out),
+    ]  # fmt: skip
+    assert evaluate.main(argv) == 0
+    records = [
+        json.loads(x) for x in (out / "generations/step_000000.jsonl").read_text().splitlines()
+    ]
+    assert len(records) == 4
+    assert all(1 <= r["response_length"] <= 12 for r in records)
+    summary = json.loads((out / "summary.json").read_text())["metrics"]
+    assert summary["correct"] + summary["wrong_answer"] + summary["bad_format"] == 4
+    assert json.loads((out / "done.json").read_text())["eval_examples"] == 4
+
+
+def test_bad_eval_config_is_named(tmp_path, capsys):
+    argv = ["--set", "model_path=x", "--set", "task=chess", "--out", str(tmp_path / "r")]
+    assert evaluate.main(argv) == 2
+    assert "task" in capsys.readouterr().err
+
+
+def test_log_generations():
+    tokenizer = build_tokenizer()
+    model = build_model(len(tokenizer))
+    prompts = ["x = 3", "The answer is"]
+    responses = [" </think> <answer> 3 </answer>", " 5 5"]
+    rewards = [
+        {"reward": 1.0, "format_reward": 1.0, "answer_reward": 1.0},
+        {"reward": 0.0, "format_reward": 0.0, "answer_reward": 0.0},
+    ]
+    out = evaluate.log_generations(model, tokenizer, prompts, responses, ["3", "4"], rewards)
+    recs = out["records"]
+    assert [r["reward"] for r in recs] == [1.0, 0.0]
+    lengths = [len(tokenizer.encode(r, add_special_tokens=False)) for r in responses]
+    assert [r["response_length"] for r in recs] == lengths
+    assert out["mean_response_length"] == pytest.approx(sum(lengths) / 2)
+    assert out["mean_response_length_correct"] == lengths[0]
+    assert out["mean_response_length_incorrect"] == lengths[1]
+    # entropy of each response = mean over its tokens of the next-token entropy (plain forward)
+    for prompt, response, rec in zip(prompts, responses, recs, strict=True):
+        p = tokenizer.encode(prompt, add_special_tokens=False)
+        r = tokenizer.encode(response, add_special_tokens=False)
+        with torch.no_grad():
+            logits = model(torch.tensor([p + r])).logits[0, len(p) - 1 : len(p) + len(r) - 1]
+        ent = -(logits.log_softmax(-1).exp() * logits.log_softmax(-1)).sum(-1).mean()
+        assert rec["mean_token_entropy"] == pytest.approx(float(ent), abs=1e-4)
+    assert 0.0 < out["mean_token_entropy"] <= float(torch.log(torch.tensor(len(tokenizer))))
