@@ -2,7 +2,7 @@
 
 A problem starts from a value and applies a few add/subtract steps, e.g.::
 
-    Mia has 5 apples. Mia gets 3 more. Mia gives away 2. How many apples does Mia have now?
+    Mia has 5 apples. Mia gets 3. Mia sells 2. How many apples does Mia have now?
 
 Defaults (`ArithmeticConfig`): start value 1..10, 2 or 3 steps, each adding or subtracting
 1..10, and the running value never drops below zero. The knobs (`min_steps`, `max_steps`,
@@ -35,8 +35,8 @@ from envs.base import DataError, Example, Task, Trace, read_jsonl, require
 
 NAMES = ("Ana", "Ben", "Mia", "Sam", "Tom", "Zoe", "Leo", "Eva")
 ITEMS = ("apple", "marble", "coin", "book", "card", "shell")
-ADD_VERBS = ("gets {k} more", "finds {k} more")
-SUB_VERBS = ("gives away {k}", "loses {k}")
+ADD_VERBS = ("gets {k}", "finds {k}")
+SUB_VERBS = ("loses {k}", "sells {k}")
 
 # A step is (sign, operand): sign +1 adds, -1 subtracts.
 Step = tuple[int, int]
@@ -236,6 +236,7 @@ class ArithmeticTask(Task):
         *,
         wrong_fraction: float | None = None,
         seed: int | None = None,
+        path: str | Path | None = None,
     ) -> Iterator[Trace]:
         """Worked solutions of the first `n` problems of `split`, a fraction of them wrong.
 
@@ -243,6 +244,8 @@ class ArithmeticTask(Task):
         probability `wrong_fraction` (config default), drawn from `seed` (`trace_seed`).
         """
         self.check_split(split)
+        if path is not None:
+            raise ValueError("arithmetic: traces are generated from seeds, not read from a path")
         if split == "test":
             raise ValueError("arithmetic: no SFT traces for the held-out test split")
         frac = self.config.wrong_fraction if wrong_fraction is None else wrong_fraction
@@ -266,24 +269,17 @@ class ArithmeticTask(Task):
         `correct` says whether the stated answer equals the ground truth (for bookkeeping;
         filtering should grade the response).
         """
+        from envs.sft_data import examples_from_traces
+
         self.check_template(template)
         if template != "r1_zero":
             raise ValueError("arithmetic: the SFT pool is written in the r1_zero format")
         n = self.config.sft_pool_size if size is None else size
-        out = []
-        for i, t in enumerate(self.traces("train", n, wrong_fraction=wrong_fraction, seed=seed)):
-            ex = Example(
-                id=f"arithmetic/train/{i}", question=t.question, ground_truth=t.ground_truth
-            )
-            out.append(
-                {
-                    "prompt": self.format_prompt(ex, template),
-                    "response": r1_zero_response(t.reasoning, t.answer),
-                    "ground_truth": t.ground_truth,
-                    "correct": t.answer == t.ground_truth,
-                }
-            )
-        return out
+        traces = list(self.traces("train", n, wrong_fraction=wrong_fraction, seed=seed))
+        examples = examples_from_traces(traces, template)
+        for ex, t in zip(examples, traces, strict=True):
+            ex["correct"] = t.answer == t.ground_truth
+        return examples
 
 
 def make_trace(problem: Problem, rng: random.Random, wrong_fraction: float) -> Trace:
@@ -295,11 +291,6 @@ def make_trace(problem: Problem, rng: random.Random, wrong_fraction: float) -> T
         answer=str(values[-1]),
         ground_truth=str(problem.answer),
     )
-
-
-def r1_zero_response(reasoning: str, answer: str) -> str:
-    """` reasoning </think> <answer> answer </answer>` (follows a prompt ending in `<think>`)."""
-    return f" {reasoning} </think> <answer> {answer} </answer>"
 
 
 def to_example(problem: Problem, id_: str) -> Example:

@@ -192,3 +192,14 @@ def test_load_from_jsonl_file(tmp_path):
     missing.write_text(json.dumps({"ground_truth": "1"}) + "\n")
     with pytest.raises(DataError, match=r"missing.jsonl:1.*question"):
         TASK.load("train", path=missing)
+
+
+def test_sft_data_builder_and_filter_use_the_arithmetic_traces():
+    from envs.sft_data import build_examples, filter_correct
+
+    examples = build_examples("arithmetic", limit=128)
+    pool = TASK.sft_pool(128)
+    assert [e["response"] for e in examples] == [e["response"] for e in pool]
+    kept, stats = filter_correct(examples, num_workers=1)
+    assert stats["total"] == 128
+    assert [e["response"] for e in kept] == [e["response"] for e in pool if e["correct"]]
