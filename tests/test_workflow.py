@@ -156,6 +156,43 @@ def test_snakefiles_are_snakefmt_formatted():
     assert result.returncode == 0, result.stderr + result.stdout
 
 
+SECTIONS = {
+    "tiny-world": ("reasoning_core.runtime.tinyworld", "TinyWorldConfig"),
+    "eval": ("reasoning_core.runtime.evaluate", "EvalConfig"),
+    "sft": ("reasoning_core.runtime.sft", "SFTConfig"),
+    "ei": ("reasoning_core.runtime.ei", "EIConfig"),
+    "grpo": ("reasoning_core.runtime.grpo", "GRPOConfig"),
+}
+FAMILY_METHOD = {"sft": "sft", "ei": "ei"}  # every other table is a GRPO family
+
+
+def known_settings(command: str) -> set[str]:
+    import dataclasses
+    import importlib
+
+    module, name = SECTIONS[command]
+    return {f.name for f in dataclasses.fields(getattr(importlib.import_module(module), name))}
+
+
+@pytest.mark.parametrize("config", ["config", "smoke", "gpu_math", "gpu_gsm8k", "gpu_countdown"])
+def test_workflow_settings_name_real_trainer_settings(config):
+    """Method files, per-config settings, sweep columns and the leaderboard recipe use only
+    settings the commands know, so no planned job can fail on a misspelt name."""
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / f"workflow/config/{config}.yaml").read_text())
+    methods = yaml.safe_load((ROOT / cfg["methods"]).read_text())
+    for command in SECTIONS:
+        used = set(methods.get(command) or {}) | set(cfg.get("settings", {}).get(command, {}))
+        assert used <= known_settings(command), (config, command, used - known_settings(command))
+    for table in sorted((ROOT / cfg.get("sweeps", "workflow/config/sweeps/tiny")).glob("*.tsv")):
+        columns = set(table.read_text().splitlines()[0].split("\t"))
+        method = FAMILY_METHOD.get(table.stem, "grpo")
+        assert columns <= known_settings(method), (table, columns - known_settings(method))
+    recipe = set(cfg.get("leaderboard", {}).get("settings", {}))
+    assert recipe <= known_settings("grpo"), recipe - known_settings("grpo")
+
+
 def assert_png(path: Path) -> None:
     data = path.read_bytes()
     assert data[:8] == PNG_SIGNATURE, path
