@@ -1,0 +1,196 @@
+"""Supervised fine-tuning on reasoning traces (CS336 assignment 5, Algorithm 1).
+
+Minimizes the negative log-likelihood of the response tokens given the prompt (per-example
+sum over response tokens, divided by ``normalize_constant``, averaged over the batch) with
+AdamW, gradient accumulation (``batch_size / gradient_accumulation_steps`` examples per micro
+batch), gradient clipping and a learning-rate schedule; evaluates through the rollout engine
+after a weight sync every ``eval_every`` optimizer steps.
+
+Data: ``train_data`` (a JSONL file of ``{"prompt", "response", "ground_truth"}`` records, the
+handout's ``sft.jsonl`` layout) or, when it is empty, the task's own SFT pool
+(``Task.sft_pool``, e.g. the arithmetic task's traces, some of them wrong on purpose).
+``filter_correct`` keeps only the examples whose response earns reward 1 under the task's
+reward function; ``max_examples`` then keeps that many unique examples (a seeded subset), for
+the handout's 128/256/512/1024/full sweep.
+
+Run: ``rrl sft --config workflow/config/methods/tiny.yaml --set model_path=... --out DIR``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from reasoning_core.runtime.config import ConfigError
+from reasoning_core.runtime.trainer_common import (
+    CommonConfig,
+    Evaluator,
+    RunContext,
+    check_divisible,
+    grade,
+    is_done,
+    load_policy,
+    make_optimizer,
+    make_rollout_engine,
+    make_scheduler,
+    progress,
+    resolve_device,
+    run_main,
+    setup_torch,
+    sft_update,
+    step_rng,
+    tokenize_pairs,
+)
+
+
+@dataclass
+class SFTConfig(CommonConfig):
+    train_data: str = ""  # JSONL of {prompt, response, ground_truth}; "" = the task's SFT pool
+    sft_pool_size: int | None = None  # size of the task's pool (None: the task's default)
+    max_examples: int | None = None  # unique examples used (None: all)
+    filter_correct: bool = False
+    epochs: int = 1
+    max_steps: int | None = None  # stop after this many optimizer steps
+    batch_size: int = 32
+    gradient_accumulation_steps: int = 8
+    normalize_constant: float = 1.0
+    lr: float = 5e-5
+    eval_every: int = 50  # optimizer steps; 0 = only at start and end
+    save_every: int = 50  # optimizer steps
+
+    def validate(self) -> None:
+        check_divisible(self, "batch_size", "gradient_accumulation_steps")
+        if self.epochs < 1:
+            raise ConfigError(f"setting 'epochs' must be >= 1, got {self.epochs}")
+        if self.max_examples is not None and self.max_examples < 1:
+            raise ConfigError("setting 'max_examples' must be >= 1 (or null for all)")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ConfigError("setting 'max_steps' must be >= 1 (or null)")
+        if self.normalize_constant <= 0:
+            raise ConfigError("setting 'normalize_constant' must be > 0")
+        if self.train_data and not Path(self.train_data).is_file():
+            raise ConfigError(f"setting 'train_data': file {self.train_data!r} does not exist")
+        super().validate()
+
+    @property
+    def micro_batch_size(self) -> int:
+        return self.batch_size // self.gradient_accumulation_steps
+
+
+def load_sft_examples(cfg: SFTConfig, task) -> list[dict]:
+    """The SFT examples ``{prompt, response, ground_truth}`` before filtering/subsetting."""
+    if cfg.train_data:
+        out = []
+        with open(cfg.train_data, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                record = json.loads(line)
+                for key in ("prompt", "response", "ground_truth"):
+                    if not isinstance(record.get(key), str):
+                        raise ConfigError(
+                            f"setting 'train_data': {cfg.train_data}:{lineno} lacks string {key!r}"
+                        )
+                out.append(record)
+        return out
+    pool = getattr(task, "sft_pool", None)
+    if pool is None:
+        raise ConfigError(
+            f"setting 'train_data' is empty and task {cfg.task!r} has no built-in SFT pool"
+        )
+    return list(pool(cfg.sft_pool_size, template=cfg.template))
+
+
+def select_examples(cfg: SFTConfig, task, examples: list[dict]) -> tuple[list[dict], dict]:
+    """Apply ``filter_correct`` (graded with the task's reward) and ``max_examples``."""
+    info = {"pool_examples": len(examples)}
+    if cfg.filter_correct:
+        scores = grade(
+            task.reward_fn(cfg.template),
+            [e["response"] for e in examples],
+            [e["ground_truth"] for e in examples],
+        )
+        examples = [e for e, s in zip(examples, scores, strict=True) if s["reward"] >= 1.0]
+        info["filtered_examples"] = len(examples)
+    if cfg.max_examples is not None:
+        if cfg.max_examples > len(examples):
+            raise ConfigError(
+                f"setting 'max_examples' ({cfg.max_examples}) exceeds the {len(examples)} "
+                "available examples"
+            )
+        picked = step_rng(cfg.seed, 10).permutation(len(examples))[: cfg.max_examples]
+        examples = [examples[int(i)] for i in sorted(picked)]
+    info["train_examples"] = len(examples)
+    if not examples:
+        raise ConfigError("no SFT examples left after filtering (setting 'filter_correct')")
+    return examples, info
+
+
+def train(cfg: SFTConfig, out: str) -> dict:
+    import envs
+
+    if is_done(out):
+        print(f"[sft] {out} is already complete (done.json)", file=sys.stderr)
+        return {}
+    setup_torch(cfg)
+    device = resolve_device(cfg.device)
+    task = envs.get_task(cfg.task)
+    examples, info = select_examples(cfg, task, load_sft_examples(cfg, task))
+    print(f"[sft] data: {info}", file=sys.stderr)
+    run = RunContext(cfg, out, "sft")
+    model, tokenizer = load_policy(cfg)
+    batch = tokenize_pairs(
+        [e["prompt"] for e in examples], [e["response"] for e in examples], tokenizer
+    )
+    n = len(examples)
+    steps_per_epoch = math.ceil(n / cfg.batch_size)
+    total_steps = cfg.epochs * steps_per_epoch
+    if cfg.max_steps is not None:
+        total_steps = min(total_steps, cfg.max_steps)
+    optimizer = make_optimizer(model, cfg)
+    scheduler = make_scheduler(optimizer, cfg, total_steps)
+    counters = run.resume(model, optimizer, scheduler)
+    step = counters["opt_step"] if counters else 0
+    engine = make_rollout_engine(cfg, model, tokenizer)
+    evaluator = Evaluator(cfg, task, tokenizer)
+    if counters is None and cfg.eval_at_start:
+        evaluator(engine, model, 0, run)
+
+    bar = progress(total=total_steps, initial=step, desc="sft", enabled=cfg.progress)
+    while step < total_steps:
+        # The data position is a function of the step: epoch order seeded by (seed, epoch).
+        epoch, index = divmod(step, steps_per_epoch)
+        order = step_rng(cfg.seed, 11, epoch).permutation(n)
+        rows = order[index * cfg.batch_size : (index + 1) * cfg.batch_size].tolist()
+        stats = sft_update(
+            model,
+            optimizer,
+            scheduler,
+            batch,
+            rows,
+            micro_batch_size=cfg.micro_batch_size,
+            device=device,
+            max_grad_norm=cfg.max_grad_norm,
+            normalize_constant=cfg.normalize_constant,
+        )
+        step += 1
+        bar.update(1)
+        bar.set_postfix(loss=f"{stats['loss']:.3f}", refresh=False)
+        run.log({"epoch": epoch + (index + 1) / steps_per_epoch, **stats}, step=step, split="train")
+        run.maybe_exit(step)
+        is_last = step == total_steps
+        if is_last or (cfg.eval_every and step % cfg.eval_every == 0):
+            evaluator(engine, model, step, run)
+        if not is_last and cfg.save_every and step % cfg.save_every == 0:
+            run.save_state(model, optimizer, scheduler, opt_step=step)
+    bar.close()
+    if run.last_eval is None or run.last_eval["step"] != step:
+        evaluator(engine, model, step, run)
+    return run.finish(model, tokenizer, step=step, extra=info)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(SFTConfig, "sft", train, argv, "supervised fine-tuning")

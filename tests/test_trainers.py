@@ -1,0 +1,252 @@
+"""The SFT, expert-iteration and GRPO trainers on a micro world built here (seconds).
+
+* bad settings fail before any work, with a message naming the setting;
+* the same config and seed give the same ``metrics.jsonl`` apart from ``time/`` keys;
+* a run killed after a few optimizer steps and started again with the same ``--out``
+  finishes with exactly the metrics of an uninterrupted run: it resumes from its last saved
+  state (model, optimizer, scheduler, RNG, data position) and redoes the steps after it, so
+  nothing is lost beyond the recomputation of those steps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reasoning_core.runtime import ei, grpo, sft
+from reasoning_core.runtime.metrics import read_metrics, without_time
+from reasoning_core.runtime.tinyworld import main as tiny_world_main
+
+ROOT = Path(__file__).resolve().parents[1]
+WORLD = ["steps=6", "batch_size=8", "tokenizer_docs=2000", "log_every=2"]
+
+# Settings for runs of a few seconds: few eval problems, short generations, small batches.
+COMMON = {
+    "task": "arithmetic",
+    "eval_examples": 8,
+    "eval_max_tokens": 40,
+    "progress": False,
+    "save_every": 1,
+    "seed": 3,
+}
+GRPO = {
+    **COMMON,
+    "n_grpo_steps": 4,
+    "lr": 1e-3,
+    "rollout_batch_size": 16,
+    "group_size": 4,
+    "train_batch_size": 8,
+    "gradient_accumulation_steps": 2,
+    "sampling_max_tokens": 40,
+    "loss_type": "grpo_clip",
+    "eval_every": 2,
+    "train_examples": 64,
+}
+SFT = {
+    **COMMON,
+    "sft_pool_size": 24,
+    "epochs": 1,
+    "batch_size": 4,
+    "gradient_accumulation_steps": 2,
+    "lr": 1e-3,
+    "eval_every": 3,
+}
+EI = {
+    **COMMON,
+    "n_ei_steps": 2,
+    "ei_batch_size": 16,
+    "group_size": 4,
+    "batch_size": 4,
+    "gradient_accumulation_steps": 1,
+    "sampling_max_tokens": 40,
+    "train_examples": 32,
+    "lr": 1e-3,
+}
+
+
+def sets(values: dict) -> list[str]:
+    return [a for k, v in values.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> Path:
+    """A micro base model: a few pretraining steps (random-ish outputs, reward 0)."""
+    out = tmp_path_factory.mktemp("world")
+    assert tiny_world_main([a for p in WORLD for a in ("--set", p)] + ["--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def formatted(world, tmp_path_factory) -> Path:
+    """The micro base after 80 SFT steps at a high rate (~15 s): it mostly writes the r1_zero
+    format and is sometimes right, so GRPO and EI see non-zero rewards and gradients."""
+    out = tmp_path_factory.mktemp("formatted")
+    cfg = {
+        **SFT,
+        "sft_pool_size": 1280,
+        "batch_size": 16,
+        "gradient_accumulation_steps": 1,
+        "lr": 3e-3,
+        "warmup_steps": 5,
+        "eval_every": 0,
+        "eval_at_start": False,
+        "save_every": 0,
+        "eval_max_tokens": 40,
+        "eval_examples": 64,
+    }
+    _run(sft, cfg, world, out)
+    return out / "checkpoint"
+
+
+@pytest.mark.parametrize(
+    ("module", "base", "bad", "setting"),
+    [
+        (grpo, GRPO, {"group_size": 3}, "rollout_batch_size"),
+        (grpo, GRPO, {"gradient_accumulation_steps": 3}, "train_batch_size"),
+        (
+            grpo,
+            GRPO,
+            {"train_batch_size": 12, "gradient_accumulation_steps": 1},
+            "rollout_batch_size",
+        ),
+        (grpo, GRPO, {"loss_type": "ppo"}, "loss_type"),
+        (grpo, GRPO, {"loss_type": "grpo_clip", "old_log_probs": "none"}, "old_log_probs"),
+        (grpo, GRPO, {"length_normalization": "mean"}, "length_normalization"),
+        (grpo, GRPO, {"lr": "fast"}, "lr"),
+        (grpo, GRPO, {"n_grpo_step": 3}, "n_grpo_step"),
+        (grpo, GRPO, {"template": "chatml"}, "template"),
+        (sft, SFT, {"gradient_accumulation_steps": 3}, "batch_size"),
+        (sft, SFT, {"train_data": "/nonexistent/sft.jsonl"}, "train_data"),
+        (sft, SFT, {"max_examples": 10_000}, "max_examples"),
+        (ei, EI, {"ei_batch_size": 0}, "ei_batch_size"),
+        (ei, EI, {"gradient_accumulation_steps": 3}, "batch_size"),
+        (ei, EI, {"ei_batch_size": 1000}, "ei_batch_size"),
+    ],
+)
+def test_bad_settings_fail_fast_naming_the_setting(
+    world, tmp_path, capsys, module, base, bad, setting
+):
+    out = tmp_path / "run"
+    rc = module.main([*sets({**base, **bad, "model_path": str(world)}), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert repr(setting) in err or setting in err, err
+    # Nothing was trained, evaluated or saved.
+    assert not (out / "metrics.jsonl").exists() or not read_metrics(out)
+    assert not (out / "done.json").exists()
+
+
+def test_missing_model_path_fails_naming_it(tmp_path, capsys):
+    rc = grpo.main(
+        [*sets({**GRPO, "model_path": str(tmp_path / "nope")}), "--out", str(tmp_path / "r")]
+    )
+    assert rc == 2
+    assert "'model_path'" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def _run(module, cfg: dict, world: Path, out: Path) -> list[dict]:
+    assert module.main([*sets({**cfg, "model_path": str(world)}), "--out", str(out)]) == 0
+    return read_metrics(out)
+
+
+def test_grpo_run_writes_every_output_and_is_reproducible(formatted, tmp_path):
+    a = _run(grpo, GRPO, formatted, tmp_path / "a")
+    b = _run(grpo, GRPO, formatted, tmp_path / "b")
+    assert without_time(a) == without_time(b)
+    assert any(k.startswith("time/") for k in a[-1])
+    train = [r for r in a if r["split"] == "train"]
+    evals = [r for r in a if r["split"] == "eval"]
+    # 4 GRPO steps x 2 train batches per rollout batch = 8 optimizer steps.
+    assert [r["step"] for r in train] == list(range(1, 9))
+    assert [r["step"] for r in evals] == [0, 4, 8]
+    for key in (
+        "loss",
+        "grad_norm",
+        "entropy",
+        "clip_fraction",
+        "lr",
+        "reward",
+        "format_reward",
+        "answer_reward",
+        "response_length",
+        "time/rollout",
+        "time/train",
+        "time/sync",
+    ):
+        assert key in train[0], key
+    assert all(0.0 <= r["clip_fraction"] <= 1.0 for r in train)
+    # The run learned something (non-zero rewards, gradients), so equality is not vacuous.
+    assert any(r["grad_norm"] > 0 for r in train) and any(r["reward"] > 0 for r in train)
+    for key in ("accuracy", "format_reward", "reward", "num_examples", "response_length"):
+        assert key in evals[-1]
+    assert evals[-1]["num_examples"] == 8
+    run = tmp_path / "a"
+    done = json.loads((run / "done.json").read_text())
+    assert done["eval_accuracy"] == evals[-1]["accuracy"]
+    assert done["eval_examples"] == 8 and done["wall_seconds"] > 0
+    assert (run / "config.yaml").is_file()
+    assert (run / "checkpoint" / "model.safetensors").is_file()
+    assert (run / "checkpoint" / "tokenizer.json").is_file()
+    assert sorted(p.name for p in (run / "generations").iterdir()) == [
+        "step_000000.jsonl",
+        "step_000004.jsonl",
+        "step_000008.jsonl",
+    ]
+    assert not (run / "state").exists()
+    # A finished run is not redone.
+    mtime = (run / "metrics.jsonl").stat().st_mtime_ns
+    assert grpo.main([*sets({**GRPO, "model_path": str(formatted)}), "--out", str(run)]) == 0
+    assert (run / "metrics.jsonl").stat().st_mtime_ns == mtime
+
+
+def test_sft_and_ei_are_reproducible(world, formatted, tmp_path):
+    for module, cfg, model, name in (
+        (sft, {**SFT, "filter_correct": True}, world, "sft"),
+        (ei, EI, formatted, "ei"),
+    ):
+        a = _run(module, cfg, model, tmp_path / f"{name}_a")
+        b = _run(module, cfg, model, tmp_path / f"{name}_b")
+        assert without_time(a) == without_time(b), name
+        assert [r for r in a if r["split"] == "train" and "loss" in r], name
+        assert (tmp_path / f"{name}_a" / "done.json").is_file()
+
+
+def _subprocess_run(module: str, cfg: dict, world: Path, out: Path, exit_after: int | None):
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    if exit_after is not None:
+        env["RRL_EXIT_AFTER_STEP"] = str(exit_after)
+    cmd = [
+        sys.executable,
+        "-m",
+        "reasoning_core.runtime.cli",
+        module,
+        *sets({**cfg, "model_path": str(world)}),
+        "--out",
+        str(out),
+    ]
+    return subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize(("module", "cfg", "kill_at"), [("grpo", GRPO, 5), ("sft", SFT, 4)])
+def test_killed_run_resumes_to_the_same_metrics(world, formatted, tmp_path, module, cfg, kill_at):
+    mod = {"grpo": grpo, "sft": sft}[module]
+    world = formatted if module == "grpo" else world
+    reference = _run(mod, cfg, world, tmp_path / "ref")
+    out = tmp_path / "killed"
+    # The process dies (os._exit, no clean-up) right after optimizer step `kill_at`.
+    first = _subprocess_run(module, cfg, world, out, exit_after=kill_at)
+    assert first.returncode == 3, first.stderr[-2000:]
+    assert (out / "state").is_dir() and not (out / "done.json").exists()
+    logged = read_metrics(out)
+    assert max(r["step"] for r in logged) == kill_at
+    second = _subprocess_run(module, cfg, world, out, exit_after=None)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "resumed from" in second.stderr
+    assert without_time(read_metrics(out)) == without_time(reference)
+    assert (out / "done.json").is_file()
