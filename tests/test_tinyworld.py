@@ -1,0 +1,175 @@
+"""The tiny world builder: a micro build (a few steps) loads, tokenizes and is reproducible."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import pytest
+import torch
+
+from envs.arithmetic import TASK
+from reasoning_core.runtime.config import ConfigError
+from reasoning_core.runtime.tinyworld import (
+    OTHER_LAYOUTS,
+    PASSING_STYLE,
+    R1_STYLES,
+    TAGS,
+    TinyWorldConfig,
+    main,
+    r1_zero_preamble,
+)
+
+MICRO = ["steps=4", "batch_size=8", "tokenizer_docs=2000", "log_every=2"]
+
+
+def set_args(pairs):
+    return [a for p in pairs for a in ("--set", p)]
+
+
+@pytest.fixture(scope="module")
+def micro_world(tmp_path_factory):
+    out = tmp_path_factory.mktemp("world")
+    assert main([*set_args(MICRO), "--out", str(out)]) == 0
+    return out
+
+
+def test_folder_loads_with_transformers(micro_world):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(micro_world)
+    tok = AutoTokenizer.from_pretrained(micro_world)
+    assert model.config.model_type == "qwen2"
+    assert model.config.head_dim == 32 and model.config.tie_word_embeddings
+    assert 1_000_000 < sum(p.numel() for p in model.parameters()) < 1_100_000
+    assert len(tok) <= model.config.vocab_size
+    assert tok.eos_token == tok.pad_token == "<|endoftext|>"
+    assert tok.eos_token_id == model.config.eos_token_id
+    assert (micro_world / "model.safetensors").is_file()
+    ids = tok("Ana has 3 coins.", return_tensors="pt").input_ids
+    with torch.no_grad():
+        logits = model(ids).logits
+    assert logits.shape == (1, ids.shape[1], model.config.vocab_size)
+    assert torch.isfinite(logits).all()
+
+
+def test_prompt_round_trips_and_is_short(micro_world):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(micro_world)
+    for ex in TASK.load("test", limit=20):
+        prompt = TASK.format_prompt(ex, "r1_zero")
+        ids = tok(prompt, add_special_tokens=False).input_ids
+        assert tok.decode(ids) == prompt  # byte-identical text, compactly encoded
+        assert 20 <= len(ids) <= 45, len(ids)
+        assert ids[0] == tok.convert_tokens_to_ids(r1_zero_preamble())
+        response = f" 5 + 3 = 8. 8 - 2 = 6. </think> <answer> {ex.ground_truth} </answer>"
+        rids = tok(response, add_special_tokens=False).input_ids
+        assert tok.decode(ids + rids) == prompt + response
+    for tag in TAGS:
+        assert len(tok(tag, add_special_tokens=False).input_ids) == 1
+    assert tok.decode(tok("<think> x </think>").input_ids, skip_special_tokens=True) == (
+        "<think> x </think>"
+    )
+    # Every token holds at most one digit.
+    assert all(sum(c.isdigit() for c in t) <= 1 for t in tok.get_vocab())
+
+
+def test_auto_tokenizer_reads_the_folder_as_trained(micro_world):
+    """AutoTokenizer (as vLLM uses it) may rebuild the pipeline as Qwen2Tokenizer: it must
+    tokenize exactly like the trained tokenizer.json."""
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    auto = AutoTokenizer.from_pretrained(micro_world)
+    raw = Tokenizer.from_file(str(micro_world / "tokenizer.json"))
+    texts = [TASK.format_prompt(e, "r1_zero") for e in TASK.load("test", limit=30)]
+    texts += [t.reasoning + " The answer is " + t.answer + "." for t in TASK.traces("train", 30)]
+    texts += ["Question: x\nAnswer: 10 - 3 = 7. #### 7", "caf\u00e9 \u00e9t\u00e9  12  ?!\n\n"]
+    for text in texts:
+        assert auto(text, add_special_tokens=False).input_ids == raw.encode(text).ids
+
+
+def test_run_files(micro_world):
+    lines = [json.loads(x) for x in (micro_world / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == [2, 4]
+    assert all(r["split"] == "train" and r["loss"] > 0 for r in lines)
+    done = json.loads((micro_world / "done.json").read_text())
+    assert done["steps"] == 4
+    import yaml
+
+    cfg = yaml.safe_load((micro_world / "config.yaml").read_text())
+    assert cfg["steps"] == 4 and cfg["hidden_size"] == 128
+
+
+def test_same_seed_same_world(micro_world, tmp_path):
+    assert main([*set_args(MICRO), "--out", str(tmp_path)]) == 0
+    a = (micro_world / "model.safetensors").read_bytes()
+    assert (tmp_path / "model.safetensors").read_bytes() == a
+    strip = lambda p: [  # noqa: E731
+        {k: v for k, v in json.loads(x).items() if not k.startswith("time/")}
+        for x in (p / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert strip(tmp_path) == strip(micro_world)
+
+
+def test_defaults_have_one_passing_style():
+    cfg = TinyWorldConfig()
+    assert set(cfg.r1_styles) == set(R1_STYLES) and set(cfg.other_layouts) == set(OTHER_LAYOUTS)
+    import envs
+
+    fields = {"chain": "5 + 3 = 8.", "answer": "8"}
+    passing = [
+        name
+        for name, style in R1_STYLES.items()
+        if envs.r1_zero_reward_fn(style.format(**fields), "8")["format_reward"] == 1.0
+    ]
+    assert passing == [PASSING_STYLE]
+
+
+@pytest.mark.parametrize(
+    "pair, setting",
+    [
+        ("steps=0", "steps"),
+        ("r1_styles={bogus: 1.0}", "r1_styles"),
+        ("hidden_size=100", "hidden_size"),
+        ("nonsense=1", "nonsense"),
+    ],
+)
+def test_bad_settings_fail_before_any_work(tmp_path, capsys, pair, setting):
+    assert main(["--set", pair, "--out", str(tmp_path / "w")]) == 2
+    assert setting in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()
+
+
+def test_config_error_is_a_config_error():
+    with pytest.raises(ConfigError, match="num_kv_heads"):
+        TinyWorldConfig(num_kv_heads=3).validate()
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
+def test_folder_loads_with_vllm_and_tokenizes_like_transformers(micro_world):
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import vllm
+    from transformers import AutoTokenizer
+
+    llm = vllm.LLM(
+        model=str(micro_world),
+        dtype="float32",
+        max_model_len=256,
+        kv_cache_memory_bytes=16 << 20,
+        enforce_eager=True,
+        seed=0,
+    )
+    try:
+        tok = AutoTokenizer.from_pretrained(micro_world)
+        prompts = [TASK.format_prompt(e, "r1_zero") for e in TASK.load("test", limit=8)]
+        outs = llm.generate(prompts, vllm.SamplingParams(temperature=0.0, max_tokens=6))
+        for prompt, out in zip(prompts, outs, strict=True):
+            assert list(out.prompt_token_ids) == tok(prompt, add_special_tokens=False).input_ids
+            assert len(out.outputs[0].token_ids) >= 1
+    finally:
+        del llm
