@@ -51,24 +51,36 @@ def _result(format_ok: bool, answer_ok: bool) -> dict[str, float]:
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*")
 
 
+def _closing_braces(text: str) -> dict[int, int]:
+    """Map the index of each matched `{` to the index of its `}` (one linear pass)."""
+    stack: list[int] = []
+    match: dict[int, int] = {}
+    for i, c in enumerate(text):
+        if c == "{":
+            stack.append(i)
+        elif c == "}" and stack:
+            match[stack.pop()] = i
+    return match
+
+
 def last_boxed(text: str) -> str | None:
     """Content of the last `\\boxed{...}` / `\\fbox{...}` (braces matched), or None.
 
-    `\\boxed 5` (no braces) yields the token after the space. An unclosed box yields None.
+    `\\boxed 5` (no braces) yields the token after the space. An unclosed box is skipped in
+    favour of an earlier, closed one. Linear time in `len(text)`.
     """
+    if "\\boxed" not in text and "\\fbox" not in text:
+        return None
     matches = list(_BOX_RE.finditer(text))
+    closing: dict[int, int] | None = None
     for m in reversed(matches):
         i = m.end()
         if i < len(text) and text[i] == "{":
-            depth = 0
-            for j in range(i, len(text)):
-                c = text[j]
-                if c == "{":
-                    depth += 1
-                elif c == "}":
-                    depth -= 1
-                    if depth == 0:
-                        return text[i + 1 : j]
+            if closing is None:
+                closing = _closing_braces(text)
+            j = closing.get(i)
+            if j is not None:
+                return text[i + 1 : j]
             continue  # unclosed: try an earlier box
         if m.group(0) != m.group(0).rstrip():  # `\\boxed 5`: the next token
             token = re.match(r"[^\s$]+", text[i:])
@@ -77,13 +89,19 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-
-
 def last_answer_tag(text: str) -> str | None:
-    """Text of the last complete `<answer>...</answer>`, or None."""
-    found = _ANSWER_RE.findall(text)
-    return found[-1] if found else None
+    """Text of the last complete `<answer>...</answer>`, or None.
+
+    That is the text between the last `</answer>` and the nearest `<answer>` before it
+    (linear time, unlike a lazy regex over many unclosed tags).
+    """
+    end = text.rfind("</answer>")
+    if end < 0:
+        return None
+    start = text.rfind("<answer>", 0, end)
+    if start < 0:
+        return None
+    return text[start + len("<answer>") : end]
 
 
 def r1_zero_format_ok(response: str) -> bool:

@@ -188,3 +188,18 @@ def test_cheap_path_decides_integers_only():
 def test_answers_match_is_gold_first():
     # A huge integer against an integer gold is decided without math-verify.
     assert answers_match("9" * 10_000, "7") is False
+
+
+def test_extraction_is_linear_on_adversarial_responses():
+    import time
+
+    many_tags = "x </think> <answer></answer>" + "<answer>" * 50_000
+    many_boxes = "\\boxed{7} " + "\\boxed{" * 50_000
+    t0 = time.monotonic()
+    assert r1_zero_reward_fn(many_tags, "1") == {
+        "reward": 0.0,
+        "format_reward": 1.0,
+        "answer_reward": 0.0,
+    }
+    assert question_only_reward_fn(many_boxes, "7")["reward"] == 1.0
+    assert time.monotonic() - t0 < 1.0
