@@ -203,3 +203,18 @@ def test_extraction_is_linear_on_adversarial_responses():
     }
     assert question_only_reward_fn(many_boxes, "7")["reward"] == 1.0
     assert time.monotonic() - t0 < 1.0
+
+
+def test_reward_fn_works_off_the_main_thread():
+    """math-verify's signal timeout is main-thread only; elsewhere it is switched off."""
+    import threading
+
+    out = {}
+
+    def run():
+        out["r"] = r1_zero_reward_fn(R("\\frac{1}{2}"), "0.5")
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(timeout=30)
+    assert out["r"]["reward"] == 1.0
