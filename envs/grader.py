@@ -204,6 +204,11 @@ class _Pool:
 
     def run(self, fn_bytes: bytes, items: dict[int, tuple[str, str]], timeout: float, out, stats):
         """Score `items` (index -> (response, ground_truth)) into `out[index]`."""
+        # A previous call interrupted mid-batch (e.g. KeyboardInterrupt) can leave workers busy
+        # with items of that call; their answers must not land in this call's results.
+        for w in list(self.workers):
+            if w.job is not None:
+                self.replace(w)
         queue = deque(items)
         while queue or any(w.job for w in self.workers):
             for w in self.workers:
@@ -259,7 +264,10 @@ class _Pool:
             w.ready = True
             self.start_failures = 0
             return
-        latency = time.monotonic() - w.job[1] if w.job else 0.0
+        if w.job is None or w.job[0] != index:  # not the item this worker was given
+            log.warning("grade_batch: ignoring a stale answer for item %s", index)
+            return
+        latency = time.monotonic() - w.job[1]
         w.job = None
         stats.latencies.append(latency)
         if kind == "ok":
