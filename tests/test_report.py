@@ -110,8 +110,9 @@ def test_plot_curves_writes_a_readable_png_with_labels_from_config(tmp_path, cap
     assert code == 0
     assert_png(out)
     assert "(4 series)" in capsys.readouterr().out  # response_length is not logged: skipped
-    assert report.run_label(a, ["lr"]) == "lr=0.0001 (default)"
-    assert report.run_label(b, ["lr", "missing"]) == "lr=3e-05"
+    # labels name only the settings that differ between the runs
+    assert report.run_labels([a, b], ["lr", "loss_type"]) == ["lr=0.0001 (default)", "lr=3e-05"]
+    assert report.run_labels([a, b], ["loss_type"]) == ["default", "lr~3e-05"]
 
 
 def test_plot_against_wall_clock_and_final_bars(tmp_path):

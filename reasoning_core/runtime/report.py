@@ -120,14 +120,23 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-def run_label(run: str | Path, keys: Sequence[str]) -> str:
-    """``key=value`` for each of ``keys`` in the run's resolved config (folder name if none)."""
-    config = read_yaml(Path(run) / "config.yaml")
-    parts = [f"{k}={format_value(config[k])}" for k in keys if k in config]
-    label = ", ".join(parts) if parts else Path(run).name
-    if Path(run).name == "default":
-        label += " (default)"
-    return label
+def run_labels(runs: Sequence[str | Path], keys: Sequence[str]) -> list[str]:
+    """Label each run by ``key=value`` for those of ``keys`` whose resolved values (from the
+    runs' ``config.yaml``) differ between the runs; a run folder named ``default`` (the
+    method's default settings) says so. Runs that still share a label get their folder name."""
+    configs = [read_yaml(Path(r) / "config.yaml") for r in runs]
+    values = {k: [format_value(c[k]) if k in c else "-" for c in configs] for k in keys}
+    varied = [k for k in keys if len(runs) == 1 or len(set(values[k])) > 1]
+    labels = []
+    for i, run in enumerate(runs):
+        parts = [f"{k}={values[k][i]}" for k in varied]
+        label = ", ".join(parts) if parts else Path(run).name
+        if Path(run).name == "default" and parts:
+            label += " (default)"
+        labels.append(label)
+    if len(set(labels)) < len(labels):
+        labels = [f"{lab} [{n}]" for lab, n in zip(labels, short_names(runs), strict=True)]
+    return labels
 
 
 def short_names(runs: Sequence[str | Path]) -> list[str]:
@@ -208,13 +217,14 @@ def plot_curves(
                 handles.append(h)
                 names.append(n)
     if handles:
+        ncol = 1 if max(len(n) for n in names) > 45 else min(len(names), 3)
         fig.legend(
             handles,
             names,
-            loc="lower center",
-            ncol=min(len(names), 3),
+            loc="upper center",
+            ncol=ncol,
             fontsize="small",
-            bbox_to_anchor=(0.5, -0.02 - 0.05 * math.ceil(len(names) / 3)),
+            bbox_to_anchor=(0.5, 0.0),
         )
     if title:
         fig.suptitle(title)
@@ -297,9 +307,7 @@ def main_plot(argv: list[str] | None = None) -> int:
         return 2
     labels = args.labels
     if labels is None and args.label_keys:
-        labels = [run_label(r, args.label_keys) for r in args.runs]
-        if len(set(labels)) < len(labels):  # settings outside the keys differ: say which run
-            labels = [f"{lab} [{n}]" for lab, n in zip(labels, short_names(args.runs), strict=True)]
+        labels = run_labels(args.runs, args.label_keys)
     try:
         if args.kind == "final":
             drawn = plot_final(args.runs, args.metric, args.out, labels=labels, title=args.title)

@@ -176,10 +176,16 @@ ALL_PLOTS = (
     + ([f"{R}/plots/methods.png"] if METHOD_RUNS else [])
 )
 
-# Train-split panels of the training figure, per method (metrics.jsonl keys).
+# Panels of the training figure per method (split/key in metrics.jsonl; EI logs one train
+# line per iteration: the rollouts' reward, entropy and length, and how many were kept).
 TRAINING_PANELS = {
     "sft": ["train/loss", "train/entropy", "train/grad_norm", "eval/response_length"],
-    "ei": ["train/loss", "train/entropy", "train/grad_norm", "train/response_length"],
+    "ei": [
+        "train/reward",
+        "train/rollout/entropy",
+        "train/rollout/response_length",
+        "train/kept",
+    ],
     "grpo": [
         "train/reward",
         "train/entropy",
