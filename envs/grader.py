@@ -11,16 +11,17 @@ How it works:
    string-equal answers, unequal integers. For typical batches that is most of them.
 2. The rest go, one at a time, to a persistent pool of worker processes (fresh interpreters
    started with `subprocess`: they never inherit the trainer's threads or CUDA state and never
-   re-run the caller's `__main__`; a replacement takes about a second to import math-verify,
-   while the other workers keep grading). Each item has a
-   deadline of `timeout` seconds from dispatch; a worker that misses it is killed with SIGKILL
-   and replaced, and the item scores 0 (counted in `stats.timeouts`). A reward function that
-   raises, or a worker that dies, scores 0 (counted in `stats.errors`).
+   re-run the caller's `__main__`; a replacement starts in a fraction of a second while the
+   other workers keep grading). Each item has a deadline of `timeout` seconds from dispatch; a
+   worker that misses it is killed with SIGKILL and replaced, and the item scores 0 (counted in
+   `stats.timeouts`). A reward function that raises, or a worker that dies, scores 0 (counted
+   in `stats.errors`; the first error of a call is logged as a warning).
 
 math-verify's own `signal.alarm` timeout is switched off in the workers: the hard kill is the
 time limit, which also stops code stuck in C (huge integer powers), where an alarm cannot.
 
-`reward_fn` must be picklable (a module-level function or a `functools.partial` of one).
+`reward_fn` must be picklable by reference from an importable module (a module-level function
+or a `functools.partial` of one); one defined in the caller's `__main__` is refused.
 """
 
 from __future__ import annotations
@@ -275,7 +276,8 @@ class _Pool:
         else:
             out[index] = dict(ZERO)
             stats.errors += 1
-            log.debug("grade_batch: item %d raised %s", index, payload)
+            level = logging.WARNING if stats.errors == 1 else logging.DEBUG
+            log.log(level, "grade_batch: reward_fn raised on item %d: %s", index, payload)
 
 
 _POOL: _Pool | None = None
@@ -347,6 +349,12 @@ def grade_batch(
         pending[i] = (response, gt)
 
     if pending:
+        target = getattr(reward_fn, "func", reward_fn)  # see through functools.partial
+        if getattr(target, "__module__", None) == "__main__":
+            raise TypeError(
+                f"grade_batch: reward_fn {reward_fn!r} is defined in __main__, which the worker "
+                "processes cannot import; define it in a module"
+            )
         try:
             fn_bytes = pickle.dumps(reward_fn)
         except Exception as e:
