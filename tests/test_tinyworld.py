@@ -173,3 +173,12 @@ def test_folder_loads_with_vllm_and_tokenizes_like_transformers(micro_world):
             assert len(out.outputs[0].token_ids) >= 1
     finally:
         del llm
+
+
+def test_workflow_defaults_match_the_code_defaults():
+    from pathlib import Path
+
+    from reasoning_core.runtime.config import build_config, load_yaml
+
+    path = Path(__file__).parents[1] / "workflow/config/methods/tiny.yaml"
+    assert build_config(TinyWorldConfig, load_yaml(path, "tiny-world")) == TinyWorldConfig()

@@ -13,9 +13,14 @@ Steps, all seeded and reproducible:
    <answer> 6 </answer>``) passes the r1_zero format check. The others answer with the wrong
    tags, no tags or no reasoning. The rest use other layouts (``OTHER_LAYOUTS``:
    ``Question:/Answer:``, ``Q:/A: ... #### N``, inline). In ``wrong_fraction`` of documents
-   one step is off by 1 or 2 and the error carries to the answer. Like Qwen2.5-Math-1.5B
-   under the r1_zero prompt, the resulting base model often breaks the answer format and is
-   only sometimes right when sampled, which leaves every method room to show what it does.
+   one step is off by 1 or 2 and the error carries to the answer. Problems with
+   ``long_steps`` (3) steps use the weights ``r1_styles_long``, which favour the passing
+   style. Like Qwen2.5-Math-1.5B under the r1_zero prompt, the resulting base model often
+   breaks the answer format and is only sometimes right when sampled, and greedy decoding
+   passes the format on long problems only, which leaves every method room to show what it
+   does. Measured with the defaults (512 test problems, 48 new tokens): sampled at
+   temperature 1.0, format reward 0.32 and accuracy 0.17 (0.33/0.21 with another sampling
+   seed); greedy, 0.48 and 0.44.
 2. **Tokenizer.** Byte-level BPE (``tokenizers``) with single digits, trained on the corpus
    minus the r1_zero preamble. The preamble (the template text before ``{question}``) and the
    tags ``<think>``, ``</think>``, ``<answer>``, ``</answer>`` are added tokens, so an r1_zero
@@ -83,20 +88,32 @@ class TinyWorldConfig:
     num_threads: int = 1
     # corpus
     r1_fraction: float = 0.8
+    # Answer-style weights after the r1_zero prompt for short problems (fewer than
+    # `long_steps` steps) and, in `r1_styles_long`, for long ones. Long problems are worked
+    # step by step (and in the passing style) more often, so that sampling passes the format
+    # about a third of the time while greedy decoding passes it on long problems only, as a
+    # real base model behaves differently on different problems. Empty `r1_styles_long`:
+    # `r1_styles` for all problems.
     r1_styles: dict[str, float] = field(
         default_factory=lambda: {
-            "tags_chain": 0.30,
+            "tags_chain": 0.25,
+            "chain_plain": 0.10,
             "tags_tight": 0.15,
-            "chain_plain": 0.15,
             "hashes": 0.10,
-            "plain": 0.15,
+            "plain": 0.25,
             "tags_newline": 0.15,
         }
     )
-    # Style weights for problems with at least `long_steps` steps (empty: `r1_styles` for
-    # all). Longer problems worked step by step more often makes greedy decoding pass the
-    # format on some problems and fail it on others, as a real base model does.
-    r1_styles_long: dict[str, float] = field(default_factory=dict)
+    r1_styles_long: dict[str, float] = field(
+        default_factory=lambda: {
+            "tags_chain": 0.50,
+            "chain_plain": 0.15,
+            "tags_tight": 0.10,
+            "hashes": 0.05,
+            "plain": 0.10,
+            "tags_newline": 0.10,
+        }
+    )
     long_steps: int = 3
     other_layouts: dict[str, float] = field(
         default_factory=lambda: {"qa": 1.0, "q_a_hash": 1.0, "inline": 1.0}
@@ -118,7 +135,7 @@ class TinyWorldConfig:
         from reasoning_core.runtime.config import ConfigError
 
         def bad(name: str, why: str) -> ConfigError:
-            return ConfigError(f"tiny-world: setting {name!r} {why}")
+            return ConfigError(f"setting {name!r} {why}")
 
         for name in ("steps", "batch_size", "log_every", "num_threads", "tokenizer_docs"):
             if getattr(self, name) < 1:
