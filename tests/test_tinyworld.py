@@ -182,3 +182,13 @@ def test_workflow_defaults_match_the_code_defaults():
 
     path = Path(__file__).parents[1] / "workflow/config/methods/tiny.yaml"
     assert build_config(TinyWorldConfig, load_yaml(path, "tiny-world")) == TinyWorldConfig()
+
+
+def test_corpus_never_shows_a_test_problem():
+    from reasoning_core.runtime.tinyworld import documents
+
+    test_questions = [e.question for e in TASK.load("test")]
+    docs = [p + r for p, r in documents(TinyWorldConfig(), 5000, seed=3)]
+    text = "\n".join(docs)
+    assert sum(d.startswith("A conversation") for d in docs) > 3000  # r1_fraction 0.8
+    assert not any(q in text for q in test_questions)
