@@ -249,6 +249,13 @@ def test_smoke_workflow_runs_end_to_end(tmp_path):
     assert (results / "benchmarks" / "grpo" / "default.tsv").is_file()
     assert (results / "logs" / "summary.log").is_file()
 
+    # The HTML report gathers every figure with its caption.
+    report_html = tmp_path / "report.html"
+    made = snakemake("--report", str(report_html), "--configfile", str(config), cwd=tmp_path)
+    assert made.returncode == 0, made.stderr[-3000:]
+    html = report_html.read_text()
+    assert "grpo_lr_accuracy.png" in html and "learning-rate sweep" in html
+
     # Running again does nothing: completed jobs are never redone.
     again = snakemake("-n", "--configfile", str(config), cwd=tmp_path)
     assert again.returncode == 0
