@@ -250,3 +250,61 @@ def test_killed_run_resumes_to_the_same_metrics(world, formatted, tmp_path, modu
     assert "resumed from" in second.stderr
     assert without_time(read_metrics(out)) == without_time(reference)
     assert (out / "done.json").is_file()
+
+
+def test_lr_schedule_warms_up_then_decays_to_the_floor():
+    from reasoning_core.runtime.trainer_common import lr_factor
+
+    kw = {"total_steps": 100, "warmup_steps": 5, "min_ratio": 0.1}
+    assert [lr_factor(s, kind="constant", **kw) for s in range(6)] == [0.2, 0.4, 0.6, 0.8, 1.0, 1.0]
+    assert lr_factor(5, kind="cosine", **kw) == pytest.approx(1.0)
+    assert lr_factor(100, kind="cosine", **kw) == pytest.approx(0.1)
+    # 95 decay steps after the warm-up, 47 of them done at step 52.
+    assert lr_factor(52, kind="linear", **kw) == pytest.approx(0.1 + 0.9 * (1 - 47 / 95))
+    assert lr_factor(500, kind="linear", **kw) == pytest.approx(0.1)
+
+
+def test_state_is_swapped_in_atomically_and_restores_everything(tmp_path):
+    import random
+
+    import numpy as np
+    import torch
+
+    from reasoning_core.runtime.checkpoint import find_state, load_state, save_state
+
+    def make():
+        model = torch.nn.Linear(3, 2)
+        opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (s + 1))
+        return model, opt, sched
+
+    model, opt, sched = make()
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    sched.step()
+    save_state(
+        tmp_path / "state", model=model, optimizer=opt, scheduler=sched, counters={"step": 1}
+    )
+    save_state(
+        tmp_path / "state", model=model, optimizer=opt, scheduler=sched, counters={"step": 2}
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state"]  # no temp or old folders left
+    expected = (random.random(), float(np.random.rand()), float(torch.rand(())))
+    # A process that died between the two renames leaves only state.old: it is still found.
+    (tmp_path / "state").rename(tmp_path / "state.old")
+    assert find_state(tmp_path / "state") == tmp_path / "state.old"
+    fresh, fresh_opt, fresh_sched = make()
+    counters = load_state(
+        tmp_path / "state", model=fresh, optimizer=fresh_opt, scheduler=fresh_sched
+    )
+    assert counters == {"step": 2}
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(model.state_dict().values(), fresh.state_dict().values(), strict=True)
+    )
+    assert fresh_sched.state_dict()["last_epoch"] == 1
+    assert torch.equal(
+        fresh_opt.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"]
+    )
+    # RNG streams continue from where they were at save time.
+    assert (random.random(), float(np.random.rand()), float(torch.rand(()))) == expected
