@@ -71,7 +71,7 @@ class CommonConfig:
     eval_top_p: float = 1.0
     eval_max_tokens: int = 1024
     eval_seed: int = 0  # same default as `rrl eval`, so step 0 matches the zero-shot run
-    eval_batch_size: int | None = None  # prompts per engine call (None: all at once)
+    eval_batch_size: int | None = 256  # prompts per engine call, as `rrl eval` (None: all at once)
     stop: list[str] = field(default_factory=lambda: ["</answer>"])
     # Saving.
     save_every: int = 10  # resumable state every N steps of the trainer's unit; 0 = never
