@@ -52,6 +52,11 @@ class CommonConfig:
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     num_threads: int = 1  # torch threads on CPU: 2 threads ran ~3x slower than 1 here
     gradient_checkpointing: bool = False
+    # "auto": FlashAttention 2 on a GPU in bf16/fp16 when flash-attn is installed, else SDPA.
+    attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2"] = "auto"
+    # Rollout engine. vLLM runs in-process: colocated on the policy's GPU (give it a memory
+    # share with engine_kwargs.gpu_memory_utilization) or, on two GPUs, with the policy on
+    # device "cuda:1" while vLLM takes cuda:0 (see README, "GPU runs").
     engine: Literal["hf", "vllm"] = "hf"
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     # Optimizer and schedule (AdamW).
@@ -159,30 +164,55 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def choose_attn_implementation(requested: str, device: torch.device, dtype: str) -> str:
+    """Resolve ``attn_implementation``: "auto" takes FlashAttention 2 on a GPU in a half
+    precision when the ``flash_attn`` package is importable, and PyTorch SDPA otherwise."""
+    if requested != "auto":
+        if requested == "flash_attention_2" and device.type != "cuda":
+            raise ConfigError(
+                "setting 'attn_implementation': flash_attention_2 needs a CUDA device"
+            )
+        return requested
+    if device.type == "cuda" and dtype in ("bfloat16", "float16"):
+        import importlib.util
+
+        if importlib.util.find_spec("flash_attn") is not None:
+            return "flash_attention_2"
+    return "sdpa"
+
+
 def load_policy(cfg: CommonConfig):
     """Load the model (in ``cfg.dtype`` on ``cfg.device``) and its tokenizer from ``model_path``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = resolve_device(cfg.device)
-    model = AutoModelForCausalLM.from_pretrained(cfg.model_path, dtype=DTYPES[cfg.dtype])
+    model = AutoModelForCausalLM.from_pretrained(
+        cfg.model_path,
+        dtype=DTYPES[cfg.dtype],
+        attn_implementation=choose_attn_implementation(cfg.attn_implementation, device, cfg.dtype),
+    )
     model.to(device)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        # Non-reentrant checkpointing works with inputs that do not require grad.
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
     model.train()
     return model, tokenizer
 
 
 def make_optimizer(model: torch.nn.Module, cfg: CommonConfig) -> torch.optim.AdamW:
+    params = [p for p in model.parameters() if p.requires_grad]
     return torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad],
+        params,
         lr=cfg.lr,
         betas=(float(cfg.betas[0]), float(cfg.betas[1])),
         eps=cfg.adam_eps,
         weight_decay=cfg.weight_decay,
+        # One fused kernel per step on a GPU instead of a loop over the parameter tensors.
+        fused=bool(params) and params[0].is_cuda,
     )
 
 
