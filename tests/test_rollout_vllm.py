@@ -71,8 +71,13 @@ def test_greedy_matches_hf(vllm_engine, hf):
     )
 
 
-def test_logprobs_equal_policy_logprobs(vllm_engine, hf):
-    params = SamplingParams(n=2, max_tokens=20, temperature=0.7, top_p=0.9, stop=[], seed=1)
+@pytest.mark.parametrize("stop", [[], ["</answer>"]])
+def test_logprobs_equal_policy_logprobs(vllm_engine, hf, stop):
+    """Both paths: without stop strings (not detokenized by vLLM) and with one (detokenized
+    step by step, with the decoding of log-prob tokens switched off by the engine)."""
+    if stop:
+        assert vllm_engine._skips_logprob_decoding
+    params = SamplingParams(n=2, max_tokens=20, temperature=0.7, top_p=0.9, stop=stop, seed=1)
     out = vllm_engine.generate(ALL_PROMPTS, params)
     for prompt, completions in zip(ALL_PROMPTS, out, strict=True):
         prompt_ids = hf.tokenizer.encode(prompt, add_special_tokens=False)
