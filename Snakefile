@@ -6,7 +6,7 @@
 #
 # Rules live in workflow/rules/ (one file per experiment family), settings in
 # workflow/config/ (validated by workflow/schemas/config.schema.yaml), sweeps in Paramspace
-# tables under workflow/config/sweeps/. See workflow/README.md.
+# tables under workflow/config/sweeps/. See README.md, "The study (Snakemake)".
 
 from snakemake.utils import min_version, validate
 
