@@ -12,8 +12,16 @@ from reasoning_core.runtime import gpu_check
 
 def test_qwen_math_config_is_the_real_architecture():
     cfg = json.loads(gpu_check.CONFIG_PATH.read_text())
-    assert (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]) == (1536, 28, 12)
-    assert (cfg["num_key_value_heads"], cfg["intermediate_size"], cfg["vocab_size"]) == (2, 8960, 151936)
+    assert (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]) == (
+        1536,
+        28,
+        12,
+    )
+    assert (cfg["num_key_value_heads"], cfg["intermediate_size"], cfg["vocab_size"]) == (
+        2,
+        8960,
+        151936,
+    )
     assert cfg["tie_word_embeddings"] is True
     from transformers import Qwen2Config
 
@@ -30,8 +38,18 @@ def test_qwen_math_config_is_the_real_architecture():
 def test_tiny_check_runs_on_cpu_and_writes_json(tmp_path):
     out = tmp_path / "check.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "reasoning_core.runtime.cli", "gpu-check", "--tiny", "--out", str(out)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "reasoning_core.runtime.cli",
+            "gpu-check",
+            "--tiny",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(out.read_text())

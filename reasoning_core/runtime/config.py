@@ -70,7 +70,9 @@ def _check_type(name: str, value: Any, tp: Any, source: str) -> Any:
         raise ConfigError(errors[0] if errors else f"{source}: setting {name!r} is malformed")
     if origin is typing.Literal:
         if value not in args:
-            raise ConfigError(f"{source}: setting {name!r} must be one of {list(args)}, got {value!r}")
+            raise ConfigError(
+                f"{source}: setting {name!r} must be one of {list(args)}, got {value!r}"
+            )
         return value
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
@@ -131,11 +133,21 @@ def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -
     return obj
 
 
-def parse_run_args(argv: list[str], description: str, *, need_out: bool = True) -> argparse.Namespace:
+def parse_run_args(
+    argv: list[str], description: str, *, need_out: bool = True
+) -> argparse.Namespace:
     """Common arguments of every run command: ``--config``, repeated ``--set``, ``--out``."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--config", help="YAML file; a top-level section named after the command is used if present")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one setting (repeatable)")
+    parser.add_argument(
+        "--config", help="YAML file; a top-level section named after the command is used if present"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one setting (repeatable)",
+    )
     parser.add_argument("--out", required=need_out, help="output folder of the run")
     return parser.parse_args(argv)
 

@@ -40,8 +40,14 @@ CONFIG_PATH = Path(__file__).resolve().parents[2] / "workflow/config/models/qwen
 PEAK_BF16_FLOPS = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12, "L40S": 362e12}
 
 TINY_CONFIG = dict(
-    hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-    num_key_value_heads=1, vocab_size=1024, max_position_embeddings=512, tie_word_embeddings=True,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    vocab_size=1024,
+    max_position_embeddings=512,
+    tie_word_embeddings=True,
 )
 
 
@@ -115,25 +121,42 @@ def _batch(config, micro_batch: int, prompt_len: int, response_len: int, device)
     return input_ids, labels, mask.to(device)
 
 
-def measure_train_step(model, config, kind: str, *, micro_batch: int, prompt_len: int,
-                       response_len: int, steps: int, warmup: int, device) -> dict[str, Any]:
+def measure_train_step(
+    model,
+    config,
+    kind: str,
+    *,
+    micro_batch: int,
+    prompt_len: int,
+    response_len: int,
+    steps: int,
+    warmup: int,
+    device,
+) -> dict[str, Any]:
     """Time full optimizer steps (forward, loss, backward, AdamW) of one microbatch each."""
     input_ids, labels, mask = _batch(config, micro_batch, prompt_len, response_len, device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=device.type == "cuda")
     adv = torch.linspace(-1, 1, micro_batch, device=device).unsqueeze(-1)
 
     def one_step():
-        out = rc.get_response_log_probs(model=model, input_ids=input_ids, labels=labels,
-                                        return_token_entropy=False)
+        out = rc.get_response_log_probs(
+            model=model, input_ids=input_ids, labels=labels, return_token_entropy=False
+        )
         lp = out["log_probs"]
         if kind == "sft":
-            rc.sft_microbatch_train_step(policy_log_probs=lp, response_mask=mask,
-                                         gradient_accumulation_steps=1)
+            rc.sft_microbatch_train_step(
+                policy_log_probs=lp, response_mask=mask, gradient_accumulation_steps=1
+            )
         else:
-            rc.grpo_microbatch_train_step(policy_log_probs=lp, response_mask=mask,
-                                          gradient_accumulation_steps=1, loss_type="grpo_clip",
-                                          advantages=adv, old_log_probs=lp.detach(),
-                                          cliprange=0.2)
+            rc.grpo_microbatch_train_step(
+                policy_log_probs=lp,
+                response_mask=mask,
+                gradient_accumulation_steps=1,
+                loss_type="grpo_clip",
+                advantages=adv,
+                old_log_probs=lp.detach(),
+                cliprange=0.2,
+            )
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -151,10 +174,12 @@ def measure_train_step(model, config, kind: str, *, micro_batch: int, prompt_len
     tokens = micro_batch * (prompt_len + response_len)
     flops = train_flops_per_token(config, prompt_len + response_len) * tokens / dt
     peak = peak_flops(device)
-    del opt
     return {
-        "micro_batch": micro_batch, "prompt_len": prompt_len, "response_len": response_len,
-        "seconds_per_step": dt, "tokens_per_s": tokens / dt,
+        "micro_batch": micro_batch,
+        "prompt_len": prompt_len,
+        "response_len": response_len,
+        "seconds_per_step": dt,
+        "tokens_per_s": tokens / dt,
         "model_tflops_per_s": flops / 1e12,
         "mfu": (flops / peak) if peak else None,
         "peak_memory_gib": _peak(device) / 2**30 if device.type == "cuda" else None,
@@ -181,9 +206,14 @@ def measure_logprob_memory(config, device, *, batch: int, seq: int) -> dict[str,
         results[name] = (_peak(device) - base) / 2**30 if device.type == "cuda" else None
         del logits, lp
     ratio = (results["chunked"] / results["naive"]) if results["naive"] else None
-    return {"batch": batch, "seq": seq, "vocab": config.vocab_size,
-            "naive_extra_gib": results["naive"], "chunked_extra_gib": results["chunked"],
-            "ratio": ratio}
+    return {
+        "batch": batch,
+        "seq": seq,
+        "vocab": config.vocab_size,
+        "naive_extra_gib": results["naive"],
+        "chunked_extra_gib": results["chunked"],
+        "ratio": ratio,
+    }
 
 
 @torch.no_grad()
@@ -191,8 +221,15 @@ def measure_generate(model, config, device, *, batch: int, prompt_len: int, new_
     g = torch.Generator(device="cpu").manual_seed(2)
     ids = torch.randint(0, config.vocab_size, (batch, prompt_len), generator=g).to(device)
     model.eval()
-    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=True,
-                  temperature=1.0, top_p=1.0, pad_token_id=0, use_cache=True)
+    kwargs = dict(
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        pad_token_id=0,
+        use_cache=True,
+    )
     model.generate(ids[:, :8], **{**kwargs, "max_new_tokens": 4, "min_new_tokens": 4})
     _sync(device)
     t0 = time.perf_counter()
@@ -200,12 +237,23 @@ def measure_generate(model, config, device, *, batch: int, prompt_len: int, new_
     _sync(device)
     dt = time.perf_counter() - t0
     generated = (out.shape[1] - prompt_len) * batch
-    return {"batch": batch, "prompt_len": prompt_len, "new_tokens": new_tokens,
-            "seconds": dt, "new_tokens_per_s": generated / dt}
+    return {
+        "batch": batch,
+        "prompt_len": prompt_len,
+        "new_tokens": new_tokens,
+        "seconds": dt,
+        "new_tokens_per_s": generated / dt,
+    }
 
 
-def run_check(tiny: bool, *, micro_batch: int, steps: int, gradient_checkpointing: bool,
-              attn: str | None = None) -> dict[str, Any]:
+def run_check(
+    tiny: bool,
+    *,
+    micro_batch: int,
+    steps: int,
+    gradient_checkpointing: bool,
+    attn: str | None = None,
+) -> dict[str, Any]:
     device = torch.device("cuda" if torch.cuda.is_available() and not tiny else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     if attn is None:
@@ -221,8 +269,11 @@ def run_check(tiny: bool, *, micro_batch: int, steps: int, gradient_checkpointin
     report: dict[str, Any] = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "torch": torch.__version__, "dtype": str(dtype), "attn_implementation": attn,
-        "tiny": tiny, "gradient_checkpointing": gradient_checkpointing,
+        "torch": torch.__version__,
+        "dtype": str(dtype),
+        "attn_implementation": attn,
+        "tiny": tiny,
+        "gradient_checkpointing": gradient_checkpointing,
     }
     t_start = time.perf_counter()
     model, config = build_model(tiny, device, dtype, attn)
@@ -233,20 +284,36 @@ def run_check(tiny: bool, *, micro_batch: int, steps: int, gradient_checkpointin
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
     for kind in ("sft", "grpo"):
-        report[kind] = measure_train_step(model, config, kind, micro_batch=micro_batch,
-                                          prompt_len=prompt_len, response_len=response_len,
-                                          steps=steps, warmup=1 if tiny else 2, device=device)
+        report[kind] = measure_train_step(
+            model,
+            config,
+            kind,
+            micro_batch=micro_batch,
+            prompt_len=prompt_len,
+            response_len=response_len,
+            steps=steps,
+            warmup=1 if tiny else 2,
+            device=device,
+        )
     if gradient_checkpointing:
         model.gradient_checkpointing_disable()
         model.config.use_cache = True
     report["logprob_memory"] = measure_logprob_memory(
-        config, device, batch=2, seq=64 if tiny else 1024)
+        config, device, batch=2, seq=64 if tiny else 1024
+    )
     report["generate"] = measure_generate(
-        model, config, device, batch=4 if tiny else 64, prompt_len=prompt_len,
-        new_tokens=16 if tiny else 256)
+        model,
+        config,
+        device,
+        batch=4 if tiny else 64,
+        prompt_len=prompt_len,
+        new_tokens=16 if tiny else 256,
+    )
     report["wall_seconds"] = time.perf_counter() - t_start
-    report["not_checked"] = ("vLLM placement (second GPU or colocated) and weight sync into vLLM "
-                             "on GPU: the check machine has one GPU and no vLLM")
+    report["not_checked"] = (
+        "vLLM placement (second GPU or colocated) and weight sync into vLLM "
+        "on GPU: the check machine has one GPU and no vLLM"
+    )
     return report
 
 
@@ -262,11 +329,21 @@ def main(argv: list[str] | None = None) -> int:
     if not args.tiny and not torch.cuda.is_available():
         parser.error("no CUDA GPU found; use --tiny to run the miniature check on CPU")
     torch.set_num_threads(1) if args.tiny else None
-    report = run_check(args.tiny, micro_batch=args.micro_batch or (2 if args.tiny else 4),
-                       steps=args.steps or (2 if args.tiny else 5),
-                       gradient_checkpointing=args.gradient_checkpointing, attn=args.attn)
+    report = run_check(
+        args.tiny,
+        micro_batch=args.micro_batch or (2 if args.tiny else 4),
+        steps=args.steps or (2 if args.tiny else 5),
+        gradient_checkpointing=args.gradient_checkpointing,
+        attn=args.attn,
+    )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2, default=lambda x: None if isinstance(x, float) and math.isnan(x) else str(x)))
+    out.write_text(
+        json.dumps(
+            report,
+            indent=2,
+            default=lambda x: None if isinstance(x, float) and math.isnan(x) else str(x),
+        )
+    )
     print(json.dumps(report, indent=2))
     return 0
