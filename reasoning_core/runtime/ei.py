@@ -18,7 +18,6 @@ Run: ``rrl ei --config workflow/config/methods/tiny.yaml --set model_path=... --
 from __future__ import annotations
 
 import math
-import sys
 import time
 from dataclasses import dataclass
 
@@ -28,19 +27,20 @@ from reasoning_core.runtime.trainer_common import (
     Evaluator,
     RunContext,
     check_divisible,
+    check_sampling,
     grade,
-    is_done,
     load_policy,
+    load_questions,
     make_optimizer,
     make_rollout_engine,
     make_scheduler,
     progress,
-    resolve_device,
     response_entropy,
     reward_means,
+    rollout_params,
     run_main,
-    setup_torch,
     sft_update,
+    start_run,
     step_rng,
     step_seed,
     tokenize_pairs,
@@ -77,10 +77,7 @@ class EIConfig(CommonConfig):
             if getattr(self, name) < 1:
                 raise ConfigError(f"setting {name!r} must be >= 1, got {getattr(self, name)}")
         check_divisible(self, "batch_size", "gradient_accumulation_steps")
-        if not 0 <= self.sampling_min_tokens <= self.sampling_max_tokens:
-            raise ConfigError("setting 'sampling_min_tokens' must lie in [0, sampling_max_tokens]")
-        if self.sampling_temperature <= 0:
-            raise ConfigError("setting 'sampling_temperature' must be > 0 (sampled rollouts)")
+        check_sampling(self)
         if self.normalize_constant <= 0:
             raise ConfigError("setting 'normalize_constant' must be > 0")
         super().validate()
@@ -91,22 +88,17 @@ class EIConfig(CommonConfig):
 
 
 def train(cfg: EIConfig, out: str) -> dict:
-    import envs
-    from reasoning_core.runtime.rollout import SamplingParams
-
-    if is_done(out):
-        print(f"[ei] {out} is already complete (done.json)", file=sys.stderr)
+    started = start_run(cfg, out, "ei")
+    if started is None:
         return {}
-    setup_torch(cfg)
-    device = resolve_device(cfg.device)
-    task = envs.get_task(cfg.task)
+    device, task = started
     reward_fn = task.reward_fn(cfg.template)
-    questions = task.load(cfg.train_split, limit=cfg.train_examples)
-    if len(questions) < cfg.ei_batch_size:
-        raise ConfigError(
-            f"setting 'ei_batch_size' ({cfg.ei_batch_size}) exceeds the {len(questions)} "
-            "training questions"
-        )
+    questions = load_questions(
+        cfg,
+        task,
+        cfg.ei_batch_size,
+        f"setting 'ei_batch_size' ({cfg.ei_batch_size}) exceeds the {{n}} training questions",
+    )
     run = RunContext(cfg, out, "ei")
     model, tokenizer = load_policy(cfg)
     optimizer = make_optimizer(model, cfg)
@@ -120,15 +112,7 @@ def train(cfg: EIConfig, out: str) -> dict:
     step = counters["opt_step"] if counters else 0
     engine = make_rollout_engine(cfg, model, tokenizer)
     evaluator = Evaluator(cfg, task, tokenizer)
-    params = SamplingParams(
-        n=cfg.group_size,
-        temperature=cfg.sampling_temperature,
-        top_p=cfg.sampling_top_p,
-        max_tokens=cfg.sampling_max_tokens,
-        min_tokens=cfg.sampling_min_tokens,
-        stop=list(cfg.stop),
-        include_stop_str_in_output=True,
-    )
+    params = rollout_params(cfg)
     if counters is None and cfg.eval_at_start:
         evaluator(engine, model, 0, run)
 

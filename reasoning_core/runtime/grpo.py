@@ -18,7 +18,6 @@ Run: ``rrl grpo --config workflow/config/methods/tiny.yaml --set model_path=... 
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass
 from typing import Literal
@@ -31,9 +30,10 @@ from reasoning_core.runtime.trainer_common import (
     Evaluator,
     RunContext,
     check_divisible,
+    check_sampling,
     grade,
-    is_done,
     load_policy,
+    load_questions,
     make_optimizer,
     make_rollout_engine,
     make_scheduler,
@@ -41,10 +41,10 @@ from reasoning_core.runtime.trainer_common import (
     micro_batches,
     policy_log_probs,
     progress,
-    resolve_device,
     reward_means,
+    rollout_params,
     run_main,
-    setup_torch,
+    start_run,
     step_rng,
     step_seed,
     tokenize_pairs,
@@ -106,10 +106,7 @@ class GRPOConfig(CommonConfig):
                 f"setting 'train_batch_size' ({self.train_batch_size}) must be >= "
                 f"'group_size' ({self.group_size})"
             )
-        if not 0 <= self.sampling_min_tokens <= self.sampling_max_tokens:
-            raise ConfigError("setting 'sampling_min_tokens' must lie in [0, sampling_max_tokens]")
-        if self.sampling_temperature <= 0:
-            raise ConfigError("setting 'sampling_temperature' must be > 0 (sampled rollouts)")
+        check_sampling(self)
         if self.loss_type in RATIO_LOSSES and self.old_log_probs == "none":
             raise ConfigError(
                 f"setting 'old_log_probs' is 'none' but loss_type {self.loss_type!r} needs the "
@@ -187,23 +184,20 @@ def compute_old_log_probs(model, batch, device, micro_batch_size: int) -> torch.
 
 
 def train(cfg: GRPOConfig, out: str) -> dict:
-    import envs
     from reasoning_core import group_normalize, grpo_microbatch_train_step
-    from reasoning_core.runtime.rollout import SamplingParams
 
-    if is_done(out):
-        print(f"[grpo] {out} is already complete (done.json)", file=sys.stderr)
+    started = start_run(cfg, out, "grpo")
+    if started is None:
         return {}
-    setup_torch(cfg)
-    device = resolve_device(cfg.device)
-    task = envs.get_task(cfg.task)
+    device, task = started
     reward_fn = task.reward_fn(cfg.template)
-    examples = task.load(cfg.train_split, limit=cfg.train_examples)
-    if len(examples) < cfg.n_prompts_per_rollout_batch:
-        raise ConfigError(
-            f"setting 'train_examples': {len(examples)} training questions, fewer than the "
-            f"{cfg.n_prompts_per_rollout_batch} prompts of one rollout batch"
-        )
+    examples = load_questions(
+        cfg,
+        task,
+        cfg.n_prompts_per_rollout_batch,
+        "setting 'train_examples': {n} training questions, fewer than the "
+        f"{cfg.n_prompts_per_rollout_batch} prompts of one rollout batch",
+    )
     run = RunContext(cfg, out, "grpo")
     model, tokenizer = load_policy(cfg)
     optimizer = make_optimizer(model, cfg)
@@ -214,15 +208,7 @@ def train(cfg: GRPOConfig, out: str) -> dict:
     opt_step = counters["opt_step"] if counters else 0
     engine = make_rollout_engine(cfg, model, tokenizer)
     evaluator = Evaluator(cfg, task, tokenizer)
-    params = SamplingParams(
-        n=cfg.group_size,
-        temperature=cfg.sampling_temperature,
-        top_p=cfg.sampling_top_p,
-        max_tokens=cfg.sampling_max_tokens,
-        min_tokens=cfg.sampling_min_tokens,
-        stop=list(cfg.stop),
-        include_stop_str_in_output=True,
-    )
+    params = rollout_params(cfg)
     norm_constant = cfg.normalize_constant or float(cfg.sampling_max_tokens)
     n_train_batches = cfg.rollout_batch_size // cfg.train_batch_size
     if counters is None and cfg.eval_at_start:

@@ -31,16 +31,14 @@ from reasoning_core.runtime.trainer_common import (
     RunContext,
     check_divisible,
     grade,
-    is_done,
     load_policy,
     make_optimizer,
     make_rollout_engine,
     make_scheduler,
     progress,
-    resolve_device,
     run_main,
-    setup_torch,
     sft_update,
+    start_run,
     step_rng,
     tokenize_pairs,
 )
@@ -130,14 +128,10 @@ def select_examples(cfg: SFTConfig, task, examples: list[dict]) -> tuple[list[di
 
 
 def train(cfg: SFTConfig, out: str) -> dict:
-    import envs
-
-    if is_done(out):
-        print(f"[sft] {out} is already complete (done.json)", file=sys.stderr)
+    started = start_run(cfg, out, "sft")
+    if started is None:
         return {}
-    setup_torch(cfg)
-    device = resolve_device(cfg.device)
-    task = envs.get_task(cfg.task)
+    device, task = started
     examples, info = select_examples(cfg, task, load_sft_examples(cfg, task))
     print(f"[sft] data: {info}", file=sys.stderr)
     run = RunContext(cfg, out, "sft")

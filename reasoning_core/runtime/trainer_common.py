@@ -383,6 +383,30 @@ def response_entropy(model, batch: dict, device: torch.device, micro_batch_size:
 # Rollouts and grading
 
 
+def check_sampling(cfg: Any) -> None:
+    """Validate the rollout sampling settings (``sampling_*``) that EI and GRPO share."""
+    if not 0 <= cfg.sampling_min_tokens <= cfg.sampling_max_tokens:
+        raise ConfigError("setting 'sampling_min_tokens' must lie in [0, sampling_max_tokens]")
+    if cfg.sampling_temperature <= 0:
+        raise ConfigError("setting 'sampling_temperature' must be > 0 (sampled rollouts)")
+
+
+def rollout_params(cfg: Any):
+    """The ``SamplingParams`` of training rollouts: ``group_size`` samples per prompt from the
+    ``sampling_*`` settings, stop strings kept in the output (the seed is set per step)."""
+    from reasoning_core.runtime.rollout import SamplingParams
+
+    return SamplingParams(
+        n=cfg.group_size,
+        temperature=cfg.sampling_temperature,
+        top_p=cfg.sampling_top_p,
+        max_tokens=cfg.sampling_max_tokens,
+        min_tokens=cfg.sampling_min_tokens,
+        stop=list(cfg.stop),
+        include_stop_str_in_output=True,
+    )
+
+
 def make_rollout_engine(cfg: CommonConfig, model, tokenizer):
     from reasoning_core.runtime.rollout import make_engine
 
@@ -470,6 +494,27 @@ class Evaluator:
 def is_done(out: str | Path) -> bool:
     """True when ``out`` holds a finished run (its ``done.json`` is written last)."""
     return (Path(out) / "done.json").is_file()
+
+
+def start_run(cfg: CommonConfig, out: str | Path, method: str) -> tuple[torch.device, Any] | None:
+    """How every trainer starts: None (after saying so) when ``out`` is already complete;
+    otherwise set threads and seeds and return ``(device, task)``."""
+    import envs
+
+    if is_done(out):
+        print(f"[{method}] {out} is already complete (done.json)", file=sys.stderr)
+        return None
+    setup_torch(cfg)
+    return resolve_device(cfg.device), envs.get_task(cfg.task)
+
+
+def load_questions(cfg: Any, task, need: int, message: str) -> list:
+    """The training questions (``train_split``, ``train_examples`` of them); ConfigError with
+    ``message`` (``{n}``: the number loaded) when there are fewer than ``need``."""
+    questions = task.load(cfg.train_split, limit=cfg.train_examples)
+    if len(questions) < need:
+        raise ConfigError(message.format(n=len(questions)))
+    return questions
 
 
 class RunContext:
