@@ -220,36 +220,38 @@ def answers_match(pred: str, gold: str) -> bool:
 # ----------------------------------------------------------------------------- reward functions
 
 
-def _r1_zero_fast(response: str, ground_truth: str) -> dict | None:
-    answer = extract_r1_answer(response)
+def _answer_reward_fast(answer: str | None, ground_truth: str) -> dict | None:
+    """The reward of an extracted answer (None: bad format) when the cheap check decides it;
+    None when math-verify is needed."""
     if answer is None:
         return dict(ZERO)
     decided = cheap_match(answer, ground_truth)
     return None if decided is None else _result(True, decided)
+
+
+def _answer_reward(answer: str | None, ground_truth: str) -> dict[str, float]:
+    """The reward of an extracted answer (None: bad format): format 1 and a graded answer."""
+    if answer is None:
+        return dict(ZERO)
+    return _result(True, answers_match(answer, ground_truth))
+
+
+def _r1_zero_fast(response: str, ground_truth: str) -> dict | None:
+    return _answer_reward_fast(extract_r1_answer(response), ground_truth)
 
 
 def r1_zero_reward_fn(response: str, ground_truth: str) -> dict[str, float]:
     """Reward for the r1_zero template (see the module docstring)."""
-    answer = extract_r1_answer(response)
-    if answer is None:
-        return dict(ZERO)
-    return _result(True, answers_match(answer, ground_truth))
+    return _answer_reward(extract_r1_answer(response), ground_truth)
 
 
 def _question_only_fast(response: str, ground_truth: str) -> dict | None:
-    answer = last_boxed(response)
-    if answer is None:
-        return dict(ZERO)
-    decided = cheap_match(answer, ground_truth)
-    return None if decided is None else _result(True, decided)
+    return _answer_reward_fast(last_boxed(response), ground_truth)
 
 
 def question_only_reward_fn(response: str, ground_truth: str) -> dict[str, float]:
     """Reward for the question_only template: the last `\\boxed{}` is the answer."""
-    answer = last_boxed(response)
-    if answer is None:
-        return dict(ZERO)
-    return _result(True, answers_match(answer, ground_truth))
+    return _answer_reward(last_boxed(response), ground_truth)
 
 
 _COUNTDOWN_FORMAT_RE = re.compile(r"</think>\s*<answer>")
