@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import types
 import typing
 from pathlib import Path
@@ -164,6 +165,22 @@ def resolve(cls: type[T], args: argparse.Namespace, section: str) -> T:
     if overrides:
         source += " (with --set " + ", ".join(sorted(overrides)) + ")"
     return build_config(cls, values, source)
+
+
+def resolve_command(
+    cls: type[T], section: str, argv: list[str] | None, description: str
+) -> tuple[T, argparse.Namespace] | None:
+    """``rrl <section>``'s command line (``argv``; None: ``sys.argv[1:]``) resolved into ``cls``.
+
+    A bad setting prints ``rrl <section>: <message>`` to stderr and returns None: the command
+    then exits 2, before any work."""
+    args = parse_run_args(list(sys.argv[1:] if argv is None else argv), description)
+    try:
+        cfg = resolve(cls, args, section)
+    except ConfigError as exc:
+        print(f"rrl {section}: {exc}", file=sys.stderr)
+        return None
+    return cfg, args
 
 
 def save_config(cfg: Any, out_dir: str | Path) -> Path:

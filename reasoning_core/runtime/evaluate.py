@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from reasoning_core.runtime.config import ConfigError, parse_run_args, resolve, save_config
+from reasoning_core.runtime.config import ConfigError, resolve_command, save_config
 from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams
 
 CATEGORIES = ("correct", "wrong_answer", "bad_format")
@@ -422,15 +422,15 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_run_args(
-        list(sys.argv[1:] if argv is None else argv),
+    resolved = resolve_command(
+        EvalConfig,
+        "eval",
+        argv,
         "Zero-shot evaluation: sample responses to a task's eval split and grade them.",
     )
-    try:
-        cfg = resolve(EvalConfig, args, "eval")
-    except ConfigError as exc:
-        print(f"rrl eval: {exc}", file=sys.stderr)
+    if resolved is None:
         return 2
+    cfg, args = resolved
     done = run_eval(cfg, args.out)
     summary = json.loads((Path(args.out) / "summary.json").read_text())["metrics"]
     counts = ", ".join(f"{k} {summary[k]}" for k in CATEGORIES)

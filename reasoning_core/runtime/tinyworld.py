@@ -445,17 +445,17 @@ def _save_model_atomically(model, tokenizer, out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from reasoning_core.runtime.config import ConfigError, parse_run_args, resolve
+    from reasoning_core.runtime.config import resolve_command
 
-    args = parse_run_args(
-        list(sys.argv[1:] if argv is None else argv),
+    resolved = resolve_command(
+        TinyWorldConfig,
+        "tiny-world",
+        argv,
         "Build the tiny CPU base model (tokenizer + Qwen2 + pretraining) into --out.",
     )
-    try:
-        cfg = resolve(TinyWorldConfig, args, "tiny-world")
-    except ConfigError as exc:
-        print(f"rrl tiny-world: {exc}", file=sys.stderr)
+    if resolved is None:
         return 2
+    cfg, args = resolved
     os.environ.setdefault("OMP_NUM_THREADS", str(cfg.num_threads))
     summary = build(cfg, args.out)
     print(json.dumps(summary))

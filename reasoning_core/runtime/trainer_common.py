@@ -634,14 +634,12 @@ def config_dict(cfg: Any) -> dict[str, Any]:
 def run_main(cls: type, section: str, train_fn, argv: list[str] | None, description: str) -> int:
     """Entry point of ``rrl <section>``: parse, validate (bad settings exit 2 with a message
     naming the setting, before any work), train."""
-    from reasoning_core.runtime.config import parse_run_args, resolve
+    from reasoning_core.runtime.config import resolve_command
 
-    args = parse_run_args(list(sys.argv[1:] if argv is None else argv), description)
-    try:
-        cfg = resolve(cls, args, section)
-    except ConfigError as exc:
-        print(f"rrl {section}: {exc}", file=sys.stderr)
+    resolved = resolve_command(cls, section, argv, description)
+    if resolved is None:
         return 2
+    cfg, args = resolved
     try:
         train_fn(cfg, args.out)
     except ConfigError as exc:  # data-dependent settings checked after loading the data
