@@ -24,21 +24,18 @@ from dataclasses import dataclass
 from reasoning_core.runtime.config import ConfigError
 from reasoning_core.runtime.trainer_common import (
     CommonConfig,
-    Evaluator,
-    RunContext,
+    after_iteration,
     check_divisible,
     check_sampling,
+    finish_training,
     grade,
-    load_policy,
     load_questions,
-    make_optimizer,
-    make_rollout_engine,
-    make_scheduler,
     progress,
     response_entropy,
     reward_means,
     rollout_params,
     run_main,
+    setup_training,
     sft_update,
     start_run,
     step_rng,
@@ -99,22 +96,16 @@ def train(cfg: EIConfig, out: str) -> dict:
         cfg.ei_batch_size,
         f"setting 'ei_batch_size' ({cfg.ei_batch_size}) exceeds the {{n}} training questions",
     )
-    run = RunContext(cfg, out, "ei")
-    model, tokenizer = load_policy(cfg)
-    optimizer = make_optimizer(model, cfg)
     # Upper bound (every rollout kept); only matters for decaying schedules.
     max_kept = cfg.ei_batch_size * cfg.group_size
-    scheduler = make_scheduler(
-        optimizer, cfg, cfg.n_ei_steps * cfg.sft_epochs * math.ceil(max_kept / cfg.batch_size)
+    tr = setup_training(
+        cfg, out, "ei", task, cfg.n_ei_steps * cfg.sft_epochs * math.ceil(max_kept / cfg.batch_size)
     )
-    counters = run.resume(model, optimizer, scheduler)
-    ei_step = counters["ei_step"] if counters else 0
-    step = counters["opt_step"] if counters else 0
-    engine = make_rollout_engine(cfg, model, tokenizer)
-    evaluator = Evaluator(cfg, task, tokenizer)
+    run, model, tokenizer, engine = tr.run, tr.model, tr.tokenizer, tr.engine
+    optimizer, scheduler = tr.optimizer, tr.scheduler
+    ei_step = tr.counters["ei_step"] if tr.counters else 0
+    step = tr.counters["opt_step"] if tr.counters else 0
     params = rollout_params(cfg)
-    if counters is None and cfg.eval_at_start:
-        evaluator(engine, model, 0, run)
 
     bar = progress(total=cfg.n_ei_steps, initial=ei_step, desc="ei", enabled=cfg.progress)
     while ei_step < cfg.n_ei_steps:
@@ -181,15 +172,11 @@ def train(cfg: EIConfig, out: str) -> dict:
         ei_step += 1
         bar.update(1)
         bar.set_postfix(reward=f"{line['reward']:.3f}", kept=len(kept), refresh=False)
-        is_last = ei_step == cfg.n_ei_steps
-        if is_last or (cfg.eval_every and ei_step % cfg.eval_every == 0):
-            evaluator(engine, model, step, run)
-        if not is_last and cfg.save_every and ei_step % cfg.save_every == 0:
-            run.save_state(model, optimizer, scheduler, ei_step=ei_step, opt_step=step)
+        after_iteration(
+            tr, done=ei_step, total=cfg.n_ei_steps, step=step, ei_step=ei_step, opt_step=step
+        )
     bar.close()
-    if run.last_eval is None or run.last_eval["step"] != step:
-        evaluator(engine, model, step, run)
-    return run.finish(model, tokenizer, step=step)
+    return finish_training(tr, step=step)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,16 +27,12 @@ import torch
 from reasoning_core.runtime.config import ConfigError
 from reasoning_core.runtime.trainer_common import (
     CommonConfig,
-    Evaluator,
-    RunContext,
+    after_iteration,
     check_divisible,
     check_sampling,
+    finish_training,
     grade,
-    load_policy,
     load_questions,
-    make_optimizer,
-    make_rollout_engine,
-    make_scheduler,
     masked_token_mean,
     micro_batches,
     policy_log_probs,
@@ -44,6 +40,7 @@ from reasoning_core.runtime.trainer_common import (
     reward_means,
     rollout_params,
     run_main,
+    setup_training,
     start_run,
     step_rng,
     step_seed,
@@ -198,21 +195,15 @@ def train(cfg: GRPOConfig, out: str) -> dict:
         "setting 'train_examples': {n} training questions, fewer than the "
         f"{cfg.n_prompts_per_rollout_batch} prompts of one rollout batch",
     )
-    run = RunContext(cfg, out, "grpo")
-    model, tokenizer = load_policy(cfg)
-    optimizer = make_optimizer(model, cfg)
     total_steps = cfg.n_grpo_steps * cfg.steps_per_rollout_batch
-    scheduler = make_scheduler(optimizer, cfg, total_steps)
-    counters = run.resume(model, optimizer, scheduler)
-    grpo_step = counters["grpo_step"] if counters else 0
-    opt_step = counters["opt_step"] if counters else 0
-    engine = make_rollout_engine(cfg, model, tokenizer)
-    evaluator = Evaluator(cfg, task, tokenizer)
+    tr = setup_training(cfg, out, "grpo", task, total_steps)
+    run, model, tokenizer, engine = tr.run, tr.model, tr.tokenizer, tr.engine
+    optimizer, scheduler = tr.optimizer, tr.scheduler
+    grpo_step = tr.counters["grpo_step"] if tr.counters else 0
+    opt_step = tr.counters["opt_step"] if tr.counters else 0
     params = rollout_params(cfg)
     norm_constant = cfg.normalize_constant or float(cfg.sampling_max_tokens)
     n_train_batches = cfg.rollout_batch_size // cfg.train_batch_size
-    if counters is None and cfg.eval_at_start:
-        evaluator(engine, model, 0, run)
 
     bar = progress(total=cfg.n_grpo_steps, initial=grpo_step, desc="grpo", enabled=cfg.progress)
     while grpo_step < cfg.n_grpo_steps:
@@ -293,15 +284,16 @@ def train(cfg: GRPOConfig, out: str) -> dict:
         grpo_step += 1
         bar.update(1)
         bar.set_postfix(reward=f"{rollout_stats['reward']:.3f}", refresh=False)
-        is_last = grpo_step == cfg.n_grpo_steps
-        if is_last or (cfg.eval_every and grpo_step % cfg.eval_every == 0):
-            evaluator(engine, model, opt_step, run)
-        if not is_last and cfg.save_every and grpo_step % cfg.save_every == 0:
-            run.save_state(model, optimizer, scheduler, grpo_step=grpo_step, opt_step=opt_step)
+        after_iteration(
+            tr,
+            done=grpo_step,
+            total=cfg.n_grpo_steps,
+            step=opt_step,
+            grpo_step=grpo_step,
+            opt_step=opt_step,
+        )
     bar.close()
-    if run.last_eval is None or run.last_eval["step"] != opt_step:
-        evaluator(engine, model, opt_step, run)
-    return run.finish(model, tokenizer, step=opt_step)
+    return finish_training(tr, step=opt_step)
 
 
 def main(argv: list[str] | None = None) -> int:

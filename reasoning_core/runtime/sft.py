@@ -27,16 +27,13 @@ from pathlib import Path
 from reasoning_core.runtime.config import ConfigError
 from reasoning_core.runtime.trainer_common import (
     CommonConfig,
-    Evaluator,
-    RunContext,
+    after_iteration,
     check_divisible,
+    finish_training,
     grade,
-    load_policy,
-    make_optimizer,
-    make_rollout_engine,
-    make_scheduler,
     progress,
     run_main,
+    setup_training,
     sft_update,
     start_run,
     step_rng,
@@ -134,24 +131,17 @@ def train(cfg: SFTConfig, out: str) -> dict:
     device, task = started
     examples, info = select_examples(cfg, task, load_sft_examples(cfg, task))
     print(f"[sft] data: {info}", file=sys.stderr)
-    run = RunContext(cfg, out, "sft")
-    model, tokenizer = load_policy(cfg)
-    batch = tokenize_pairs(
-        [e["prompt"] for e in examples], [e["response"] for e in examples], tokenizer
-    )
     n = len(examples)
     steps_per_epoch = math.ceil(n / cfg.batch_size)
     total_steps = cfg.epochs * steps_per_epoch
     if cfg.max_steps is not None:
         total_steps = min(total_steps, cfg.max_steps)
-    optimizer = make_optimizer(model, cfg)
-    scheduler = make_scheduler(optimizer, cfg, total_steps)
-    counters = run.resume(model, optimizer, scheduler)
-    step = counters["opt_step"] if counters else 0
-    engine = make_rollout_engine(cfg, model, tokenizer)
-    evaluator = Evaluator(cfg, task, tokenizer)
-    if counters is None and cfg.eval_at_start:
-        evaluator(engine, model, 0, run)
+    tr = setup_training(cfg, out, "sft", task, total_steps)
+    run, model, optimizer, scheduler = tr.run, tr.model, tr.optimizer, tr.scheduler
+    batch = tokenize_pairs(
+        [e["prompt"] for e in examples], [e["response"] for e in examples], tr.tokenizer
+    )
+    step = tr.counters["opt_step"] if tr.counters else 0
 
     bar = progress(total=total_steps, initial=step, desc="sft", enabled=cfg.progress)
     while step < total_steps:
@@ -175,15 +165,9 @@ def train(cfg: SFTConfig, out: str) -> dict:
         bar.set_postfix(loss=f"{stats['loss']:.3f}", refresh=False)
         run.log({"epoch": epoch + (index + 1) / steps_per_epoch, **stats}, step=step, split="train")
         run.maybe_exit(step)
-        is_last = step == total_steps
-        if is_last or (cfg.eval_every and step % cfg.eval_every == 0):
-            evaluator(engine, model, step, run)
-        if not is_last and cfg.save_every and step % cfg.save_every == 0:
-            run.save_state(model, optimizer, scheduler, opt_step=step)
+        after_iteration(tr, done=step, total=total_steps, step=step, opt_step=step)
     bar.close()
-    if run.last_eval is None or run.last_eval["step"] != step:
-        evaluator(engine, model, step, run)
-    return run.finish(model, tokenizer, step=step, extra=info)
+    return finish_training(tr, step=step, extra=info)
 
 
 def main(argv: list[str] | None = None) -> int:

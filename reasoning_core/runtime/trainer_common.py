@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -602,6 +602,54 @@ class RunContext:
         if self.state_dir.exists():
             shutil.rmtree(self.state_dir)
         return done
+
+
+class Training(NamedTuple):
+    """What a trainer works with once set up (see :func:`setup_training`)."""
+
+    run: RunContext
+    model: Any
+    tokenizer: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    counters: dict[str, Any] | None  # the resumed counters; None on a fresh start
+    engine: Any
+    evaluator: Evaluator
+
+
+def setup_training(cfg: CommonConfig, out: str | Path, method: str, task, total_steps: int):
+    """Open the run folder, load the policy, build AdamW and its ``total_steps`` schedule,
+    resume from ``out/state`` if there is one, start the rollout engine and the evaluator, and
+    evaluate at step 0 on a fresh start (``eval_at_start``)."""
+    run = RunContext(cfg, out, method)
+    model, tokenizer = load_policy(cfg)
+    optimizer = make_optimizer(model, cfg)
+    scheduler = make_scheduler(optimizer, cfg, total_steps)
+    counters = run.resume(model, optimizer, scheduler)
+    engine = make_rollout_engine(cfg, model, tokenizer)
+    evaluator = Evaluator(cfg, task, tokenizer)
+    if counters is None and cfg.eval_at_start:
+        evaluator(engine, model, 0, run)
+    return Training(run, model, tokenizer, optimizer, scheduler, counters, engine, evaluator)
+
+
+def after_iteration(t: Training, *, done: int, total: int, step: int, **counters: Any) -> None:
+    """After iteration ``done`` of ``total`` (``step``: the optimizer step reached): evaluate at
+    the last one and every ``eval_every``; save resumable state (``counters``) every
+    ``save_every`` but the last (the finished run's checkpoint follows)."""
+    cfg = t.run.cfg
+    is_last = done == total
+    if is_last or (cfg.eval_every and done % cfg.eval_every == 0):
+        t.evaluator(t.engine, t.model, step, t.run)
+    if not is_last and cfg.save_every and done % cfg.save_every == 0:
+        t.run.save_state(t.model, t.optimizer, t.scheduler, **counters)
+
+
+def finish_training(t: Training, *, step: int, extra: dict[str, Any] | None = None) -> dict:
+    """Evaluate at ``step`` unless that was just done, then finish the run folder."""
+    if t.run.last_eval is None or t.run.last_eval["step"] != step:
+        t.evaluator(t.engine, t.model, step, t.run)
+    return t.run.finish(t.model, t.tokenizer, step=step, extra=extra)
 
 
 def progress(
