@@ -159,6 +159,16 @@ def _save(fig, out: str | Path) -> None:
     tmp.replace(out)
 
 
+def _labels_and_records(
+    runs: Sequence[str | Path], labels: Sequence[str] | None
+) -> tuple[list[str], list[list[dict[str, Any]]]]:
+    """One label per run (default: :func:`short_names`) and each run's metrics records."""
+    labels = list(labels) if labels else short_names(runs)
+    if len(labels) != len(runs):
+        raise ValueError(f"{len(labels)} labels for {len(runs)} runs")
+    return labels, [read_metrics(r) for r in runs]
+
+
 def plot_curves(
     runs: Sequence[str | Path],
     metrics: Sequence[str],
@@ -178,10 +188,7 @@ def plot_curves(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = list(labels) if labels else short_names(runs)
-    if len(labels) != len(runs):
-        raise ValueError(f"{len(labels)} labels for {len(runs)} runs")
-    records = [read_metrics(r) for r in runs]
+    labels, records = _labels_and_records(runs, labels)
     ncols = len(metrics) if len(metrics) <= 3 else 2
     nrows = math.ceil(len(metrics) / ncols)
     fig, grid = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.4 * nrows), squeeze=False)
@@ -253,10 +260,7 @@ def plot_final(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = list(labels) if labels else short_names(runs)
-    if len(labels) != len(runs):
-        raise ValueError(f"{len(labels)} labels for {len(runs)} runs")
-    records = [read_metrics(r) for r in runs]
+    labels, records = _labels_and_records(runs, labels)
     width = 0.8 / len(metrics)
     fig, ax = plt.subplots(figsize=(max(4.5, 1.3 * len(runs) + 1.5), 3.8))
     drawn = 0
