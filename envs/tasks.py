@@ -38,10 +38,26 @@ def _take(examples: Iterator[Example], limit: int | None) -> list[Example]:
     return out
 
 
+class _VendoredTask(Task):
+    """A task whose splits are vendored JSONL files, `envs/data/{name}/{stem}.jsonl[.gz]`
+    (`stem`: `_files[split]`, default the split's name); `_iter` parses one file's rows."""
+
+    _files: dict[str, str] = {}
+
+    def load(self, split: str, path: str | Path | None = None, limit: int | None = None):
+        self.check_split(split)
+        stem = self._files.get(split, split)
+        path = Path(path) if path is not None else data_file(self.name, stem)
+        return _take(self._iter(split, path), limit)
+
+    def _iter(self, split: str, path: Path) -> Iterator[Example]:
+        raise NotImplementedError
+
+
 # ----------------------------------------------------------------------------- MATH
 
 
-class MathTask(Task):
+class MathTask(_VendoredTask):
     """MATH (Hendrycks et al. 2021) with the PRM800K / MATH-500 schema.
 
     Splits:
@@ -77,11 +93,6 @@ class MathTask(Task):
                 f"MATH: training on {train_split!r} and evaluating on {eval_split!r} overlap "
                 f"({reason}); use train with test or math500{', ' + allowed if allowed else ''}"
             )
-
-    def load(self, split: str, path: str | Path | None = None, limit: int | None = None):
-        self.check_split(split)
-        path = Path(path) if path is not None else data_file("math", self._files[split])
-        return _take(self._iter(split, path), limit)
 
     def _iter(self, split: str, path: Path) -> Iterator[Example]:
         kept = dropped = 0
@@ -138,7 +149,7 @@ def gsm8k_final_answer(answer: str) -> str | None:
     return m.group(1).replace(",", "").strip() or None
 
 
-class GSM8KTask(Task):
+class GSM8KTask(_VendoredTask):
     """GSM8K (Cobbe et al. 2021). Ground truth: the final `#### N`, thousands commas removed.
 
     `extra["solution"]` is the worked solution without the `#### N` line and without the
@@ -147,11 +158,6 @@ class GSM8KTask(Task):
 
     name = "gsm8k"
     splits = ("train", "test")
-
-    def load(self, split: str, path: str | Path | None = None, limit: int | None = None):
-        self.check_split(split)
-        path = Path(path) if path is not None else data_file("gsm8k", split)
-        return _take(self._iter(split, path), limit)
 
     def _iter(self, split: str, path: Path) -> Iterator[Example]:
         for lineno, rec in read_jsonl(path):
@@ -190,7 +196,7 @@ def countdown_ground_truth(nums: list[int], target: int) -> str:
     return json.dumps({"nums": list(nums), "target": target})
 
 
-class CountdownTask(Task):
+class CountdownTask(_VendoredTask):
     """Countdown (TinyZero): reach `target` with + - * / using each number exactly once.
 
     Templates: `countdown` (default; r1 style with an answer example) and `r1_zero`; both are
@@ -209,11 +215,6 @@ class CountdownTask(Task):
 
     def format_prompt(self, example: Example, template: str = "countdown") -> str:
         return super().format_prompt(example, template)
-
-    def load(self, split: str, path: str | Path | None = None, limit: int | None = None):
-        self.check_split(split)
-        path = Path(path) if path is not None else data_file("countdown", split)
-        return _take(self._iter(split, path), limit)
 
     def _iter(self, split: str, path: Path) -> Iterator[Example]:
         for lineno, rec in read_jsonl(path):
