@@ -25,6 +25,7 @@ from reasoning_core.runtime.config import ConfigError
 from reasoning_core.runtime.trainer_common import (
     CommonConfig,
     after_iteration,
+    check_at_least_one,
     check_divisible,
     check_sampling,
     finish_training,
@@ -64,15 +65,9 @@ class EIConfig(CommonConfig):
     save_every: int = 1  # EI iterations
 
     def validate(self) -> None:
-        for name in (
-            "n_ei_steps",
-            "ei_batch_size",
-            "group_size",
-            "sft_epochs",
-            "sampling_max_tokens",
-        ):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"setting {name!r} must be >= 1, got {getattr(self, name)}")
+        check_at_least_one(
+            self, "n_ei_steps", "ei_batch_size", "group_size", "sft_epochs", "sampling_max_tokens"
+        )
         check_divisible(self, "batch_size", "gradient_accumulation_steps")
         check_sampling(self)
         if self.normalize_constant <= 0:

@@ -28,6 +28,7 @@ from reasoning_core.runtime.config import ConfigError
 from reasoning_core.runtime.trainer_common import (
     CommonConfig,
     after_iteration,
+    check_at_least_one,
     check_divisible,
     check_sampling,
     finish_training,
@@ -83,14 +84,9 @@ class GRPOConfig(CommonConfig):
             raise ConfigError(
                 f"setting 'loss_type' must be one of {list(LOSS_TYPES)}, got {self.loss_type!r}"
             )
-        for name in (
-            "n_grpo_steps",
-            "group_size",
-            "epochs_per_rollout_batch",
-            "sampling_max_tokens",
-        ):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"setting {name!r} must be >= 1, got {getattr(self, name)}")
+        check_at_least_one(
+            self, "n_grpo_steps", "group_size", "epochs_per_rollout_batch", "sampling_max_tokens"
+        )
         if self.group_size < 2:
             raise ConfigError(
                 f"setting 'group_size' must be >= 2 for group advantages, got {self.group_size}"

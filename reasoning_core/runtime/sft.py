@@ -28,6 +28,7 @@ from reasoning_core.runtime.config import ConfigError
 from reasoning_core.runtime.trainer_common import (
     CommonConfig,
     after_iteration,
+    check_at_least_one,
     check_divisible,
     finish_training,
     grade,
@@ -58,8 +59,7 @@ class SFTConfig(CommonConfig):
 
     def validate(self) -> None:
         check_divisible(self, "batch_size", "gradient_accumulation_steps")
-        if self.epochs < 1:
-            raise ConfigError(f"setting 'epochs' must be >= 1, got {self.epochs}")
+        check_at_least_one(self, "epochs")
         if self.max_examples is not None and self.max_examples < 1:
             raise ConfigError("setting 'max_examples' must be >= 1 (or null for all)")
         if self.max_steps is not None and self.max_steps < 1:

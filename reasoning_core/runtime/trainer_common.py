@@ -129,6 +129,13 @@ def _non_negative(cfg: Any, *names: str) -> None:
             raise ConfigError(f"setting {name!r} must be >= 0, got {getattr(cfg, name)}")
 
 
+def check_at_least_one(cfg: Any, *names: str) -> None:
+    """Raise ConfigError unless each ``cfg.<name>`` (a count) is >= 1."""
+    for name in names:
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"setting {name!r} must be >= 1, got {getattr(cfg, name)}")
+
+
 def check_divisible(cfg: Any, numerator: str, denominator: str) -> None:
     """Raise ConfigError unless ``cfg.<numerator>`` is a positive multiple of ``cfg.<denominator>``."""
     a, b = getattr(cfg, numerator), getattr(cfg, denominator)
