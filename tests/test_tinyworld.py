@@ -192,3 +192,26 @@ def test_corpus_never_shows_a_test_problem():
     text = "\n".join(docs)
     assert sum(d.startswith("A conversation") for d in docs) > 3000  # r1_fraction 0.8
     assert not any(q in text for q in test_questions)
+
+
+def test_question_only_prompt_has_boxed_documents_to_learn_from():
+    """Only the `boxed` layout continues a bare question the way question_only rewards."""
+    import envs
+    from envs.base import load_prompt, render
+    from reasoning_core.runtime.tinyworld import documents
+
+    fields = {"question": "Ana has 5 coins. How many coins does Ana have now?"}
+    fields |= {"chain": "5 + 3 = 8.", "answer": "8"}
+    prompt = render(load_prompt("question_only"), {"question": fields["question"]})
+    rewarded = []
+    for name, layout in OTHER_LAYOUTS.items():
+        text = render(layout, fields)
+        if text.startswith(prompt):
+            reward = envs.question_only_reward_fn(text[len(prompt) :], "8")
+            if reward["reward"] == 1.0:
+                rewarded.append(name)
+    assert rewarded == ["boxed"]
+    # With the default weights about 0.2 * 0.5 / 3.5 of documents are boxed ones.
+    docs = [r for p, r in documents(TinyWorldConfig(), 5000, seed=3) if not p]
+    boxed = sum("\\boxed{" in r for r in docs)
+    assert 80 < boxed < 220, boxed

@@ -72,6 +72,10 @@ OTHER_LAYOUTS: dict[str, str] = {
     "qa": "Question: {question}\nAnswer: {chain} So the answer is {answer}.",
     "q_a_hash": "Q: {question}\nA: {chain} #### {answer}",
     "inline": "{question} {chain} So the answer is {answer}.",
+    # The question alone, then a boxed answer: what the question_only prompt ("{question}")
+    # and its reward (the last \\boxed{}) look for. Without it the base model never boxes an
+    # answer and the prompt ablation has nothing to learn from.
+    "boxed": "{question} {chain} So the answer is \\boxed{{answer}}.",
 }
 
 
@@ -121,7 +125,7 @@ class TinyWorldConfig:
     )
     long_steps: int = 3
     other_layouts: dict[str, float] = field(
-        default_factory=lambda: {"qa": 1.0, "q_a_hash": 1.0, "inline": 1.0}
+        default_factory=lambda: {"qa": 1.0, "q_a_hash": 1.0, "inline": 1.0, "boxed": 0.5}
     )
     wrong_fraction: float = 0.2
     # tokenizer
