@@ -214,6 +214,8 @@ def test_tiny_check_runs_without_the_packages_the_device_lacks(tmp_path):
     assert report["logprob_memory"]["seq"] == 64
     assert set(report["sft_sweep"]) == {"mb2_ckpt", "mb4"}
     assert report["sft_sweep"]["mb2_ckpt"]["gradient_checkpointing"] is True
+    assert report["sft_sweep"]["mb2_ckpt"]["use_cache"] is False
+    assert report["sft"]["gradient_checkpointing"] is False
     assert "vLLM" in report["not_checked"]
     # Progress lines, one per section, and the compact JSON at the end.
     assert "[gpu-check]" in proc.stdout and "sft: " in proc.stdout

@@ -326,7 +326,9 @@ def measure_train_step(
         "micro_batch": micro_batch,
         "prompt_len": prompt_len,
         "response_len": response_len,
-        "gradient_checkpointing": gradient_checkpointing,
+        # What the model reports, not the request: checkpointing really on, KV cache off.
+        "gradient_checkpointing": bool(model.is_gradient_checkpointing),
+        "use_cache": bool(model.config.use_cache),
         "steps_timed": done,
         "warmup_steps": warmup,
         "warmup_seconds": warmup_seconds,
