@@ -308,3 +308,19 @@ def test_state_is_swapped_in_atomically_and_restores_everything(tmp_path):
     )
     # RNG streams continue from where they were at save time.
     assert (random.random(), float(np.random.rand()), float(torch.rand(()))) == expected
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_policy_forward_keeps_no_kv_cache(world, checkpointing):
+    """Training forwards build no KV cache (with or without gradient checkpointing)."""
+    import torch
+
+    from reasoning_core.runtime.trainer_common import CommonConfig, load_policy
+
+    cfg = CommonConfig(model_path=str(world), gradient_checkpointing=checkpointing)
+    model, _ = load_policy(cfg)
+    out = model(torch.tensor([[1, 2, 3, 4]]))
+    assert out.past_key_values is None
+    assert model.is_gradient_checkpointing is checkpointing
+    out.logits.sum().backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)

@@ -239,13 +239,13 @@ def _batch(config, micro_batch: int, prompt_len: int, response_len: int, device)
 
 
 def set_gradient_checkpointing(model, on: bool) -> None:
-    """As the trainers do: non-reentrant checkpointing and no KV cache while it is on."""
+    """As the trainers do (trainer_common.load_policy): non-reentrant checkpointing when
+    asked, and never a KV cache in a training forward."""
     if on:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.config.use_cache = False
     else:
         model.gradient_checkpointing_disable()
-        model.config.use_cache = True
+    model.config.use_cache = False
 
 
 def measure_train_step(

@@ -205,7 +205,9 @@ def load_policy(cfg: CommonConfig):
     if cfg.gradient_checkpointing:
         # Non-reentrant checkpointing works with inputs that do not require grad.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.config.use_cache = False
+    # Training forwards (log-probs, entropy) have no use for a KV cache; the HF engine asks for
+    # one explicitly, and generate() follows generation_config, so sampling keeps its cache.
+    model.config.use_cache = False
     model.train()
     return model, tokenizer
 
