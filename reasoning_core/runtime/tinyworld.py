@@ -12,16 +12,20 @@ Steps, all seeded and reproducible:
    answer styles in ``R1_STYLES``; only ``tags_chain`` (`` 5 + 3 = 8. 8 - 2 = 6. </think>
    <answer> 6 </answer>``) passes the r1_zero format check. The others answer with the wrong
    tags, no tags or no reasoning. The rest use other layouts (``OTHER_LAYOUTS``:
-   ``Question:/Answer:``, ``Q:/A: ... #### N``, inline). In ``wrong_fraction`` of documents
-   one step is off by 1 or 2 and the error carries to the answer. Problems with
-   ``long_steps`` (3) steps use the weights ``r1_styles_long``, which favour the passing
-   style. Like Qwen2.5-Math-1.5B under the r1_zero prompt, the resulting base model often
-   breaks the answer format and is only sometimes right when sampled, and greedy decoding
-   passes the format on long problems only, which leaves every method room to show what it
-   does. Measured with the defaults (``rrl eval``, 512 test problems, 48 new tokens, seed 0):
-   sampled at temperature 1.0, format reward 0.33 and accuracy 0.19 (HF engine; vLLM 0.37
-   and 0.19; other sampling seeds 0.32-0.33 and 0.17-0.21); greedy, 0.48 and 0.44.
-   Pretraining took 230 s on one CPU thread.
+   ``Question:/Answer:``, ``Q:/A: ... #### N``, the question then the chain inline, and the
+   same ending in ``\\boxed{N}``, which is what the question_only prompt and reward want). In
+   ``wrong_fraction`` of documents one step is off by 1 or 2 and the error carries to the
+   answer. Problems with ``long_steps`` (3) steps use the weights ``r1_styles_long``, which
+   favour the passing style. Like Qwen2.5-Math-1.5B under the r1_zero prompt, the resulting
+   base model often breaks the answer format and is only sometimes right when sampled, which
+   leaves every method room to show what it does. Measured with the defaults (``rrl eval``,
+   512 test problems, 48 new tokens, sampling seed 0): r1_zero sampled at temperature 1.0,
+   format reward 0.39 and accuracy 0.13 (HF engine; vLLM 0.35 and 0.17; sampling seeds 1-3
+   0.34-0.36 and 0.11-0.14); greedy, 0.48 and 0.34. question_only sampled 0.20 and 0.07
+   (greedy never boxes: 0 and 0). Pretraining took 230 s on one CPU thread. The pretraining
+   seed matters: ``seed=1`` gives a base at 0.38 / 0.24 sampled under r1_zero (0.38 / 0.22
+   under question_only) whose default SFT run ends at 0.63 accuracy, against 0.39 from
+   ``seed=0``; compare methods on one base, as the study does.
 2. **Tokenizer.** Byte-level BPE (``tokenizers``, ~390 tokens) with Qwen2's normalizer and
    pre-tokenizer (one digit per token), trained on the corpus minus the r1_zero preamble.
    ``AutoTokenizer``, and so vLLM, reads a ``qwen2`` folder as ``Qwen2Tokenizer``, which
