@@ -89,7 +89,7 @@ class TinyWorldConfig:
 
     seed: int = 0
     # pretraining
-    steps: int = 1000
+    steps: int = 2000
     batch_size: int = 32
     lr: float = 2e-3
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
