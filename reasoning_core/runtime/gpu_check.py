@@ -158,12 +158,9 @@ def _json_safe(value: Any) -> Any:
 def build_model(tiny: bool, device: torch.device, dtype: torch.dtype, attn: str):
     """A randomly initialised Qwen2 built directly on ``device`` in ``dtype`` (no float32 copy),
     the way ``from_pretrained(dtype=...)`` builds the trainers' policy (float32 RoPE buffer)."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
 
-    if tiny:
-        config = Qwen2Config(**TINY_CONFIG)
-    else:
-        config = Qwen2Config(**json.loads(CONFIG_PATH.read_text()))
+    config = _config_only(tiny)
     torch.manual_seed(0)
     with torch.device(device):
         model = Qwen2ForCausalLM._from_config(config, dtype=dtype, attn_implementation=attn)
@@ -740,11 +737,12 @@ def _run_sections(check, tiny, device, dtype, attn, plan, micro_batch, steps, ck
             model, config = build_model(tiny, device, dtype, attn)
         _sync(device)
         check.model, check.config = model, config
+        parameters = sum(p.numel() for p in model.parameters())
         check.set("attn_implementation", model.config._attn_implementation)
-        check.set("parameters", sum(p.numel() for p in model.parameters()))
+        check.set("parameters", parameters)
         check.set("matmul_parameters", matmul_params(config))
         info = {
-            "parameters": sum(p.numel() for p in model.parameters()),
+            "parameters": parameters,
             "matmul_parameters": matmul_params(config),
             "param_dtype": str(next(model.parameters()).dtype),
             "attn_implementation": model.config._attn_implementation,
