@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from reasoning_core.runtime.config import ConfigError
 from reasoning_core.runtime.trainer_common import (
     CommonConfig,
+    MicroBatchSize,
     after_iteration,
     check_at_least_one,
     check_divisible,
@@ -101,6 +102,11 @@ def train(cfg: EIConfig, out: str) -> dict:
     ei_step = tr.counters["ei_step"] if tr.counters else 0
     step = tr.counters["opt_step"] if tr.counters else 0
     params = rollout_params(cfg)
+    micro = MicroBatchSize(cfg.micro_batch_size, backoff=cfg.oom_backoff, name="ei")
+    # The no-gradient entropy pass takes larger micro batches, with a back-off of its own.
+    score_micro = MicroBatchSize(
+        max(8, cfg.micro_batch_size), backoff=cfg.oom_backoff, name="ei entropy"
+    )
 
     bar = progress(total=cfg.n_ei_steps, initial=ei_step, desc="ei", enabled=cfg.progress)
     while ei_step < cfg.n_ei_steps:
@@ -132,9 +138,7 @@ def train(cfg: EIConfig, out: str) -> dict:
         }
         if cfg.log_rollout_entropy:
             rollout_batch = tokenize_pairs(all_p, all_r, tokenizer)
-            line["rollout/entropy"] = response_entropy(
-                model, rollout_batch, device, max(8, cfg.micro_batch_size)
-            )
+            line["rollout/entropy"] = response_entropy(model, rollout_batch, device, score_micro)
             line["time/entropy"] = time.perf_counter() - t3
         # time/grade is grading alone, as in GRPO; the entropy pass has its own key.
         line["time/sync"] = t1 - t0
@@ -157,11 +161,13 @@ def train(cfg: EIConfig, out: str) -> dict:
                         scheduler,
                         sft_batch,
                         order[start : start + cfg.batch_size].tolist(),
-                        micro_batch_size=cfg.micro_batch_size,
+                        micro_batch_size=micro,
                         device=device,
                         max_grad_norm=cfg.max_grad_norm,
                         normalize_constant=cfg.normalize_constant,
                     )
+                    if micro.changed:  # logged only after an out-of-memory back-off
+                        stats["micro_batch_size"] = micro.size
                     step += 1
                     stats["ei_step"] = ei_step + 1
                     stats["time/train"] = time.perf_counter() - t

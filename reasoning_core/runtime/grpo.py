@@ -18,6 +18,7 @@ Run: ``rrl grpo --config workflow/config/methods/tiny.yaml --set model_path=... 
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Literal
@@ -27,6 +28,7 @@ import torch
 from reasoning_core.runtime.config import ConfigError
 from reasoning_core.runtime.trainer_common import (
     CommonConfig,
+    MicroBatchSize,
     after_iteration,
     check_at_least_one,
     check_divisible,
@@ -166,18 +168,74 @@ def rollout(cfg: GRPOConfig, engine, model, examples, task, reward_fn, grpo_step
 
 
 @torch.no_grad()
-def compute_old_log_probs(model, batch, device, micro_batch_size: int) -> torch.Tensor:
+def compute_old_log_probs(
+    model, batch, device, micro_batch_size: int | MicroBatchSize
+) -> torch.Tensor:
     """Log-probs of every response token under the current (sampling) policy, no gradient."""
     n, width = batch["input_ids"].shape
-    old = torch.zeros(n, width, dtype=torch.float32)
-    for micro in micro_batches(batch, list(range(n)), micro_batch_size):
-        lp, _ = policy_log_probs(model, micro, device, with_entropy=False)
-        old[micro["rows"], : lp.shape[1]] = lp.float().cpu()
-    return old
+
+    def score(size: int) -> torch.Tensor:
+        old = torch.zeros(n, width, dtype=torch.float32)
+        for micro in micro_batches(batch, list(range(n)), size):
+            lp, _ = policy_log_probs(model, micro, device, with_entropy=False)
+            old[micro["rows"], : lp.shape[1]] = lp.float().cpu()
+        return old
+
+    if isinstance(micro_batch_size, MicroBatchSize):
+        return micro_batch_size.call(score)
+    return score(micro_batch_size)
+
+
+def accumulate_gradients(
+    size: int,
+    *,
+    model,
+    optimizer,
+    cfg: GRPOConfig,
+    batch: dict,
+    rows: torch.Tensor,
+    raw: torch.Tensor,
+    advantages: torch.Tensor,
+    old: torch.Tensor | None,
+    device: torch.device,
+    normalize_constant: float,
+) -> tuple[float, float, int, float]:
+    """The gradient of one train batch (``rows`` of the rollout batch), accumulated over micro
+    batches of ``size`` rows from zero. Returns the loss, the sum and count of response-token
+    entropies and the token-weighted clip-fraction sum."""
+    from reasoning_core import grpo_microbatch_train_step
+
+    optimizer.zero_grad(set_to_none=True)
+    # Equal micro batches (size divides train_batch_size): the mean of their means over
+    # `steps` is the batch mean.
+    steps = len(rows) // size
+    loss_sum, ent_sum, ent_n, clip_sum = 0.0, 0.0, 0, 0.0
+    for mb in micro_batches(batch, rows, size):
+        r = mb["rows"]
+        width = mb["input_ids"].shape[1]
+        log_probs, entropy = policy_log_probs(model, mb, device)
+        mask = mb["response_mask"].to(device)
+        loss, meta = grpo_microbatch_train_step(
+            policy_log_probs=log_probs,
+            response_mask=mask,
+            gradient_accumulation_steps=steps,
+            loss_type=cfg.loss_type,
+            raw_rewards=raw[r].unsqueeze(1).to(device),
+            advantages=advantages[r].unsqueeze(1).to(device),
+            old_log_probs=None if old is None else old[r, :width].to(device),
+            cliprange=cfg.cliprange,
+            length_norm=cfg.length_normalization,
+            normalize_constant=normalize_constant,
+        )
+        loss_sum += float(loss)
+        s, c = masked_token_mean(entropy, mask)
+        ent_sum, ent_n = ent_sum + s, ent_n + c
+        clip_sum += float(meta["clip_fraction"]) * c
+    return loss_sum, ent_sum, ent_n, clip_sum
 
 
 def train(cfg: GRPOConfig, out: str) -> dict:
-    from reasoning_core import group_normalize, grpo_microbatch_train_step
+    from reasoning_core import group_normalize
 
     started = start_run(cfg, out, "grpo")
     if started is None:
@@ -200,6 +258,10 @@ def train(cfg: GRPOConfig, out: str) -> dict:
     params = rollout_params(cfg)
     norm_constant = cfg.normalize_constant or float(cfg.sampling_max_tokens)
     n_train_batches = cfg.rollout_batch_size // cfg.train_batch_size
+    micro = MicroBatchSize(cfg.micro_batch_size, backoff=cfg.oom_backoff, name="grpo")
+    score_micro = MicroBatchSize(
+        cfg.micro_batch_size, backoff=cfg.oom_backoff, name="grpo old log-probs"
+    )
 
     bar = progress(total=cfg.n_grpo_steps, initial=grpo_step, desc="grpo", enabled=cfg.progress)
     while grpo_step < cfg.n_grpo_steps:
@@ -215,7 +277,7 @@ def train(cfg: GRPOConfig, out: str) -> dict:
         batch = tokenize_pairs(ro["prompts"], ro["responses"], tokenizer)
         old = None
         if cfg.needs_old_log_probs:
-            old = compute_old_log_probs(model, batch, device, cfg.micro_batch_size)
+            old = compute_old_log_probs(model, batch, device, score_micro)
         rollout_stats = reward_means(ro["scores"])
         rollout_stats["response_length"] = sum(ro["lengths"]) / len(ro["lengths"])
         rollout_stats["frac_constant_groups"] = float(adv_meta["frac_constant_groups"])
@@ -227,29 +289,22 @@ def train(cfg: GRPOConfig, out: str) -> dict:
                 rows = order[b * cfg.train_batch_size : (b + 1) * cfg.train_batch_size]
                 t0 = time.perf_counter()
                 lr = optimizer.param_groups[0]["lr"]
-                optimizer.zero_grad(set_to_none=True)
-                loss_sum, ent_sum, ent_n, clip_sum = 0.0, 0.0, 0, 0.0
-                for micro in micro_batches(batch, rows, cfg.micro_batch_size):
-                    r = micro["rows"]
-                    width = micro["input_ids"].shape[1]
-                    log_probs, entropy = policy_log_probs(model, micro, device)
-                    mask = micro["response_mask"].to(device)
-                    loss, meta = grpo_microbatch_train_step(
-                        policy_log_probs=log_probs,
-                        response_mask=mask,
-                        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-                        loss_type=cfg.loss_type,
-                        raw_rewards=raw[r].unsqueeze(1).to(device),
-                        advantages=advantages[r].unsqueeze(1).to(device),
-                        old_log_probs=None if old is None else old[r, :width].to(device),
-                        cliprange=cfg.cliprange,
-                        length_norm=cfg.length_normalization,
-                        normalize_constant=norm_constant,
-                    )
-                    loss_sum += float(loss)
-                    s, c = masked_token_mean(entropy, mask)
-                    ent_sum, ent_n = ent_sum + s, ent_n + c
-                    clip_sum += float(meta["clip_fraction"]) * c
+
+                reset = lambda: optimizer.zero_grad(set_to_none=True)  # noqa: E731
+                accumulate = functools.partial(
+                    accumulate_gradients,
+                    model=model,
+                    optimizer=optimizer,
+                    cfg=cfg,
+                    batch=batch,
+                    rows=rows,
+                    raw=raw,
+                    advantages=advantages,
+                    old=old,
+                    device=device,
+                    normalize_constant=norm_constant,
+                )
+                loss_sum, ent_sum, ent_n, clip_sum = micro.call(accumulate, reset=reset)
                 grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
                 optimizer.step()
                 scheduler.step()
@@ -265,6 +320,8 @@ def train(cfg: GRPOConfig, out: str) -> dict:
                     **rollout_stats,
                     "time/train": time.perf_counter() - t0,
                 }
+                if micro.changed:  # logged only after an out-of-memory back-off
+                    values["micro_batch_size"] = micro.size
                 if first_step_of_batch:
                     # Rollout-side timings belong to the first step on this rollout batch.
                     values["time/rollout"] = ro["time/rollout"]

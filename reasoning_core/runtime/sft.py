@@ -27,6 +27,7 @@ from pathlib import Path
 from reasoning_core.runtime.config import ConfigError
 from reasoning_core.runtime.trainer_common import (
     CommonConfig,
+    MicroBatchSize,
     after_iteration,
     check_at_least_one,
     check_divisible,
@@ -143,6 +144,7 @@ def train(cfg: SFTConfig, out: str) -> dict:
     )
     step = tr.counters["opt_step"] if tr.counters else 0
 
+    micro = MicroBatchSize(cfg.micro_batch_size, backoff=cfg.oom_backoff, name="sft")
     bar = progress(total=total_steps, initial=step, desc="sft", enabled=cfg.progress)
     while step < total_steps:
         # The data position is a function of the step: epoch order seeded by (seed, epoch).
@@ -155,11 +157,13 @@ def train(cfg: SFTConfig, out: str) -> dict:
             scheduler,
             batch,
             rows,
-            micro_batch_size=cfg.micro_batch_size,
+            micro_batch_size=micro,
             device=device,
             max_grad_norm=cfg.max_grad_norm,
             normalize_constant=cfg.normalize_constant,
         )
+        if micro.changed:  # logged only after an out-of-memory back-off
+            stats["micro_batch_size"] = micro.size
         step += 1
         bar.update(1)
         bar.set_postfix(loss=f"{stats['loss']:.3f}", refresh=False)

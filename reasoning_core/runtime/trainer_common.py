@@ -9,6 +9,8 @@
 * :func:`sft_update`: one optimizer step of SFT (negative log-likelihood of the responses) on a
   batch of (prompt, response) pairs, split into micro batches (gradient accumulation).
 * helpers to tokenize a batch once and cut it into column-trimmed micro batches.
+* :class:`MicroBatchSize`: the micro-batch size a run works with, made smaller for the rest of
+  the run when a GPU runs out of memory (setting ``oom_backoff``).
 
 Randomness is keyed by step (question sampling, data order and rollout seeds are functions of
 ``(seed, step)``), so a resumed run draws exactly what an uninterrupted run would.
@@ -21,10 +23,10 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import numpy as np
 import torch
@@ -52,6 +54,10 @@ class CommonConfig:
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     num_threads: int = 1  # torch threads on CPU: 2 threads ran ~3x slower than 1 here
     gradient_checkpointing: bool = False
+    # On a CUDA out-of-memory error in a training or scoring pass, redo that optimizer step
+    # (or pass) with a smaller micro batch (a divisor of the last one, so the gradient is the
+    # same batch mean) and keep that size for the rest of the run. Off: the error stops the run.
+    oom_backoff: bool = True
     # "auto": FlashAttention 2 on a GPU in bf16/fp16 when flash-attn is installed, else SDPA.
     attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2"] = "auto"
     # Rollout engine. vLLM runs in-process: colocated on the policy's GPU (give it a memory
@@ -303,6 +309,72 @@ def micro_batches(
         }
 
 
+T = TypeVar("T")
+
+
+def smaller_micro_batch(size: int) -> int:
+    """The largest proper divisor of ``size`` (``size`` over its smallest prime factor): every
+    batch the old size divided evenly, the new one divides too (8 -> 4, 6 -> 3, 5 -> 1)."""
+    if size <= 1:
+        raise ValueError(f"no micro batch smaller than {size}")
+    factor = next((f for f in range(2, math.isqrt(size) + 1) if size % f == 0), size)
+    return size // factor
+
+
+class MicroBatchSize:
+    """The micro-batch size of a run's training and scoring passes.
+
+    :meth:`call` runs ``fn(size)``. When that raises ``torch.OutOfMemoryError`` (a CUDA
+    allocation failed) and ``backoff`` is on, the partial work is dropped (``reset``, e.g. the
+    accumulated gradients, then the CUDA cache is emptied) and ``fn`` runs again with
+    :func:`smaller_micro_batch` of the size, which the run keeps from then on. The optimizer
+    step is the same batch mean either way: only the accumulation is split finer. At micro
+    batch 1 the error is raised with a note on what else frees memory.
+    """
+
+    def __init__(self, size: int, *, backoff: bool = True, name: str = "train") -> None:
+        if size < 1:
+            raise ValueError(f"micro batch size must be >= 1, got {size}")
+        self.size = int(size)
+        self.initial = int(size)
+        self.backoff = backoff
+        self.name = name
+
+    @property
+    def changed(self) -> bool:
+        return self.size != self.initial
+
+    def call(self, fn: Callable[[int], T], *, reset: Callable[[], None] | None = None) -> T:
+        while True:
+            size = self.size
+            try:
+                return fn(size)
+            except torch.OutOfMemoryError as exc:
+                if not self.backoff or size == 1:
+                    exc.add_note(
+                        f"[{self.name}] out of memory at micro batch {size}"
+                        + ("" if self.backoff else " (setting 'oom_backoff' is off)")
+                        + ": turn on 'gradient_checkpointing', lower 'sampling_max_tokens' or"
+                        " the rollout engine's memory share (engine_kwargs."
+                        "gpu_memory_utilization), or use a larger GPU"
+                    )
+                    raise
+                reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            # Outside the except block: the traceback, and the activations its frames held,
+            # are gone before the cache is emptied.
+            if reset is not None:
+                reset()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            self.size = smaller_micro_batch(size)
+            print(
+                f"[{self.name}] CUDA out of memory at micro batch {size} ({reason}); redoing "
+                f"this pass with micro batch {self.size}, kept for the rest of the run",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
 def policy_log_probs(model, micro: dict, device: torch.device, *, with_entropy: bool = True):
     """Log-probs (and token entropy) of ``micro``'s labels under ``model``, on ``device``."""
     from reasoning_core import get_response_log_probs
@@ -329,13 +401,15 @@ def sft_update(
     batch: dict[str, torch.Tensor],
     rows: list[int] | torch.Tensor,
     *,
-    micro_batch_size: int,
+    micro_batch_size: int | MicroBatchSize,
     device: torch.device,
     max_grad_norm: float,
     normalize_constant: float = 1.0,
 ) -> dict[str, float]:
     """One AdamW step of SFT on ``rows`` of a tokenized batch (gradient accumulation over micro
-    batches of ``micro_batch_size``; exact batch mean even when the last one is smaller).
+    batches of ``micro_batch_size``; exact batch mean even when the last one is smaller). A
+    :class:`MicroBatchSize` redoes the accumulation with smaller micro batches on CUDA
+    out-of-memory.
 
     Returns ``loss`` (per-example summed NLL / normalize_constant, batch mean), ``grad_norm``
     (before clipping), ``entropy`` (mean token entropy of the responses), ``response_length``
@@ -345,21 +419,30 @@ def sft_update(
     rows = torch.as_tensor(rows, dtype=torch.long)
     n = len(rows)
     lr = optimizer.param_groups[0]["lr"]
-    optimizer.zero_grad(set_to_none=True)
-    total_loss, ent_sum, ent_count = 0.0, 0.0, 0
-    for micro in micro_batches(batch, rows, micro_batch_size):
-        log_probs, entropy = policy_log_probs(model, micro, device)
-        mask = micro["response_mask"].to(device)
-        # Scale so that the accumulated gradient is the mean over all n examples.
-        loss, _ = sft_microbatch_train_step(
-            policy_log_probs=log_probs,
-            response_mask=mask,
-            gradient_accumulation_steps=1,
-            normalize_constant=normalize_constant * n / len(micro["rows"]),
-        )
-        total_loss += float(loss.detach())
-        s, c = masked_token_mean(entropy, mask)
-        ent_sum, ent_count = ent_sum + s, ent_count + c
+
+    def accumulate(size: int) -> tuple[float, float, int]:
+        optimizer.zero_grad(set_to_none=True)
+        total_loss, ent_sum, ent_count = 0.0, 0.0, 0
+        for micro in micro_batches(batch, rows, size):
+            log_probs, entropy = policy_log_probs(model, micro, device)
+            mask = micro["response_mask"].to(device)
+            # Scale so that the accumulated gradient is the mean over all n examples.
+            loss, _ = sft_microbatch_train_step(
+                policy_log_probs=log_probs,
+                response_mask=mask,
+                gradient_accumulation_steps=1,
+                normalize_constant=normalize_constant * n / len(micro["rows"]),
+            )
+            total_loss += float(loss.detach())
+            s, c = masked_token_mean(entropy, mask)
+            ent_sum, ent_count = ent_sum + s, ent_count + c
+        return total_loss, ent_sum, ent_count
+
+    if isinstance(micro_batch_size, MicroBatchSize):
+        reset = lambda: optimizer.zero_grad(set_to_none=True)  # noqa: E731
+        total_loss, ent_sum, ent_count = micro_batch_size.call(accumulate, reset=reset)
+    else:
+        total_loss, ent_sum, ent_count = accumulate(micro_batch_size)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
     optimizer.step()
     scheduler.step()
@@ -374,17 +457,29 @@ def sft_update(
 
 
 @torch.no_grad()
-def response_entropy(model, batch: dict, device: torch.device, micro_batch_size: int) -> float:
+def response_entropy(
+    model, batch: dict, device: torch.device, micro_batch_size: int | MicroBatchSize
+) -> float:
     """Mean token entropy of the responses of a tokenized batch under ``model`` (no gradient)."""
     was_training = model.training
     model.eval()
-    total, count = 0.0, 0
     rows = list(range(batch["input_ids"].shape[0]))
-    for micro in micro_batches(batch, rows, micro_batch_size):
-        _, entropy = policy_log_probs(model, micro, device)
-        s, c = masked_token_mean(entropy, micro["response_mask"])
-        total, count = total + s, count + c
-    model.train(was_training)
+
+    def score(size: int) -> tuple[float, int]:
+        total, count = 0.0, 0
+        for micro in micro_batches(batch, rows, size):
+            _, entropy = policy_log_probs(model, micro, device)
+            s, c = masked_token_mean(entropy, micro["response_mask"])
+            total, count = total + s, count + c
+        return total, count
+
+    try:
+        if isinstance(micro_batch_size, MicroBatchSize):
+            total, count = micro_batch_size.call(score)
+        else:
+            total, count = score(micro_batch_size)
+    finally:
+        model.train(was_training)
     return total / max(1, count)
 
 
