@@ -217,6 +217,11 @@ def test_tiny_check_runs_without_the_packages_the_device_lacks(tmp_path):
     assert report["sft_sweep"]["mb2_ckpt"]["use_cache"] is False
     assert report["sft"]["gradient_checkpointing"] is False
     assert "vLLM" in report["not_checked"]
+    # The trainers' out-of-memory back-off, on a simulated error above 2 rows: 8 -> 4 -> 2.
+    oom = report["oom_backoff"]
+    assert oom["simulated"] is True and oom["start_micro_batch"] == 8
+    assert oom["out_of_memory_at"] == [8, 4] and oom["final_micro_batch"] == 2
+    assert oom["grad_norm_finite"] is True and oom["loss"] > 0
     # Progress lines, one per section, and the compact JSON at the end.
     assert "[gpu-check]" in proc.stdout and "sft: " in proc.stdout
     assert json.loads(proc.stdout.strip().splitlines()[-2])["complete"] is True
@@ -289,3 +294,6 @@ def test_full_check_on_gpu(tmp_path):
     assert report["sft"]["peak_memory_gib"] > 0
     assert report["matmul_peak"]["tflops_per_s"] > 0
     assert report["logprob_memory"]["ratio"] < 0.5
+    # A real CUDA out-of-memory error, caught by the trainers' back-off.
+    assert report["oom_backoff"]["out_of_memory_at"][0] == 64
+    assert report["oom_backoff"]["final_micro_batch"] < 64

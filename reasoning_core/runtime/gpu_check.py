@@ -14,8 +14,11 @@ memory), then measures, with the same pure-core functions the trainers use:
 * the chunked log-prob path against the naive ``log_softmax(...).gather(...)`` path: extra
   peak memory for forward+backward on top of the bf16 logits, at the training micro-batch shape;
 * Hugging Face ``generate`` throughput (new tokens/s, KV cache, batched);
-* a small SFT micro-batch sweep with and without gradient checkpointing (last, so that the
-  headline numbers come first when time runs short).
+* a small SFT micro-batch sweep with and without gradient checkpointing (late, so that the
+  headline numbers come first when time runs short);
+* last, the trainers' out-of-memory back-off on the real allocator: one ``sft_update`` step
+  on 64 sequences started at micro batch 64, which cannot fit, must catch the CUDA error, free
+  the memory and finish at a smaller micro batch (``--tiny`` simulates the error on CPU).
 
 Run on the device (the working tree carried, no virtual environment, no network)::
 
@@ -341,6 +344,86 @@ def measure_train_step(
     }
 
 
+def measure_oom_backoff(
+    model,
+    config,
+    device,
+    *,
+    rows: int,
+    prompt_len: int,
+    response_len: int,
+    simulate_above: int | None = None,
+) -> dict[str, Any]:
+    """One SFT optimizer step through the trainers' own ``sft_update`` on ``rows`` sequences,
+    starting at micro batch ``rows`` (no checkpointing), which is sized not to fit: the
+    trainers' out-of-memory back-off (``MicroBatchSize``) must catch the CUDA error, free the
+    memory and finish the step at a smaller micro batch. ``simulate_above`` (the ``--tiny`` CPU
+    run) raises a simulated error for forwards of more rows instead."""
+    from reasoning_core.runtime.trainer_common import MicroBatchSize, sft_update
+
+    set_gradient_checkpointing(model, False)
+    input_ids, labels, mask = _batch(config, rows, prompt_len, response_len, "cpu")
+    batch = {
+        "input_ids": input_ids,
+        "labels": labels,
+        "response_mask": mask,
+        "lengths": torch.full((rows,), prompt_len + response_len),
+    }
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=device.type == "cuda")
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+    micro = MicroBatchSize(rows, name="gpu-check")
+    hook = None
+    if simulate_above is not None:
+
+        def refuse(module, args, kwargs):
+            ids = args[0] if args else kwargs["input_ids"]
+            if ids.shape[0] > simulate_above:
+                raise _OOM_ERRORS[0](f"simulated: {ids.shape[0]} rows > {simulate_above}")
+
+        hook = model.register_forward_pre_hook(refuse, with_kwargs=True)
+    model.train()
+    try:
+        _sync(device)
+        base = _reset_peak(device)
+        t0 = time.perf_counter()
+        stats = sft_update(
+            model,
+            opt,
+            sched,
+            batch,
+            list(range(rows)),
+            micro_batch_size=micro,
+            device=device,
+            max_grad_norm=1.0,
+        )
+        _sync(device)
+        seconds = time.perf_counter() - t0
+        peak_bytes = _peak(device)
+    finally:
+        if hook is not None:
+            hook.remove()
+        opt.zero_grad(set_to_none=True)
+    del opt, sched
+    _free_memory(device)
+    after = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+    return {
+        "rows": rows,
+        "tokens_per_row": prompt_len + response_len,
+        "start_micro_batch": rows,
+        "out_of_memory_at": micro.failed_sizes,
+        "final_micro_batch": micro.size,
+        "simulated": simulate_above is not None,
+        "step_seconds": seconds,
+        "loss": stats["loss"],
+        "grad_norm": stats["grad_norm"],
+        "grad_norm_finite": math.isfinite(stats["grad_norm"]),
+        "peak_memory_gib": _gib(peak_bytes, device),
+        "memory_before_gib": _gib(base, device),
+        # After the optimizer is dropped: back to the weights alone if nothing leaked.
+        "memory_after_gib": _gib(after, device),
+    }
+
+
 def measure_logprob_memory(config, device, *, batch: int, seq: int) -> dict[str, Any]:
     """Extra peak memory (beyond the bf16 logits) of naive vs chunked log-probs, fwd+bwd."""
     from reasoning_core.logprobs import log_probs_from_logits
@@ -592,6 +675,8 @@ def _plan(tiny: bool, micro_batch: int) -> dict[str, Any]:
             generate_batch=4,
             generate_new_tokens=16,
             sweep=[(2, True), (4, False)],
+            oom_rows=8,
+            oom_simulate_above=2,
         )
     return dict(
         prompt_len=128,
@@ -603,6 +688,10 @@ def _plan(tiny: bool, micro_batch: int) -> dict[str, Any]:
         generate_new_tokens=256,
         # The GPU configs' micro batch (2 sequences, checkpointing), then larger ones.
         sweep=[(2, True), (8, False), (16, False), (16, True)],
+        # 64 x 1,152 tokens without checkpointing needs several times an H200's memory
+        # (activations of ~70k tokens), so the back-off must step down (64 -> 32 -> 16 ...).
+        oom_rows=64,
+        oom_simulate_above=None,
     )
 
 
@@ -667,6 +756,8 @@ def run_check(
         total = sum(
             train_flops_per_token(config, seq) * mb * seq * (4 / 3 if on else 1) for mb, on in sizes
         ) * (steps + plan["warmup"])
+        # The out-of-memory back-off section ends with one step over all its rows.
+        total += train_flops_per_token(config, seq) * plan["oom_rows"] * seq
         plan["train_tflop_total"] = total / 1e12
         check.set("plan", plan)
         _log(
@@ -808,6 +899,18 @@ def _run_sections(check, tiny, device, dtype, attn, plan, micro_batch, steps, ck
         for mb, on in plan["sweep"]:
             name = f"mb{mb}" + ("_ckpt" if on else "")
             needs_model(name, train("sft", mb, on, max(2, steps - 2)), parent="sft_sweep")
+    needs_model(
+        "oom_backoff",
+        lambda: measure_oom_backoff(
+            check.model,
+            check.config,
+            device,
+            rows=plan["oom_rows"],
+            prompt_len=prompt_len,
+            response_len=response_len,
+            simulate_above=plan["oom_simulate_above"],
+        ),
+    )
     results = [
         r
         for r in [check.report.get("sft"), check.report.get("grpo")]

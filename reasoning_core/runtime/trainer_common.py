@@ -339,6 +339,7 @@ class MicroBatchSize:
         self.initial = int(size)
         self.backoff = backoff
         self.name = name
+        self.failed_sizes: list[int] = []  # sizes that ran out of memory, in order
 
     @property
     def changed(self) -> bool:
@@ -360,6 +361,7 @@ class MicroBatchSize:
                     )
                     raise
                 reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+                self.failed_sizes.append(size)
             # Outside the except block: the traceback, and the activations its frames held,
             # are gone before the cache is emptied.
             if reset is not None:
