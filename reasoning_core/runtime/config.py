@@ -33,12 +33,31 @@ def load_yaml(path: str | Path, section: str | None = None) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        raise ConfigError(f"{path}:{_yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at top level, got {type(data).__name__}")
     if section is not None and isinstance(data.get(section), dict):
         return dict(data[section])
     return data
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """``"LINE:COL: not valid YAML: what"`` for a YAML parse error (1-based, as editors count).
+
+    The place is where the broken construct starts (an unclosed bracket's line), not where the
+    parser gave up (often the end of the file); the latter is added when it differs."""
+    context = getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem_mark", None)
+    mark = context or problem
+    where = f"{mark.line + 1}:{mark.column + 1}: " if mark is not None else " "
+    what = ": ".join(
+        str(part).strip()
+        for part in (getattr(exc, "context", None), getattr(exc, "problem", None))
+        if part
+    )
+    if context is not None and problem is not None and problem.line != context.line:
+        what += f" (at line {problem.line + 1}, column {problem.column + 1})"
+    return f"{where}not valid YAML: {what or exc}"
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
@@ -48,7 +67,14 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
         if "=" not in pair:
             raise ConfigError(f"--set expects key=value, got {pair!r}")
         key, value = pair.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value) if value != "" else ""
+        try:
+            out[key.strip()] = yaml.safe_load(value) if value != "" else ""
+        except yaml.YAMLError as exc:
+            what = _yaml_problem(exc).partition("not valid YAML: ")[2]
+            raise ConfigError(
+                f"--set {pair}: {value!r} is not a valid YAML value ({what}); "
+                "quote a string that holds YAML syntax, e.g. --set 'key=\"a: b\"'"
+            ) from None
     return out
 
 

@@ -1,0 +1,70 @@
+"""Bad configuration input fails with one message that names the file, line or setting.
+
+Runs ``rrl eval`` through the console-script entry point (``cli.main``) on inputs a student
+could get wrong; each must exit 2 with ``rrl eval: ...`` on stderr and no traceback, before
+any model is loaded.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from reasoning_core.runtime import cli
+from reasoning_core.runtime.config import ConfigError, load_yaml, parse_overrides
+
+
+def run_eval(argv, capsys) -> tuple[int, str]:
+    rc = cli.main(["eval", *argv])
+    return rc, capsys.readouterr().err
+
+
+def test_yaml_syntax_error_names_file_and_line(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text("eval:\n  task: arithmetic\n  limit: [3\n")
+    rc, err = run_eval(["--config", str(path), "--out", str(tmp_path / "r")], capsys)
+    assert rc == 2
+    assert err.startswith(f"rrl eval: {path}:3:")  # the line of the unclosed bracket
+    assert "Traceback" not in err and "<unicode string>" not in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_tab_indentation_names_its_line(tmp_path):
+    path = tmp_path / "tab.yaml"
+    path.write_text("task: arithmetic\n\tlimit: 3\n")
+    with pytest.raises(ConfigError, match=rf"^{path}:2:\d+: not valid YAML"):
+        load_yaml(path)
+
+
+@pytest.mark.parametrize("value", ["[3", ": x", "{a: 1", "'open"])
+def test_unparsable_set_value_names_the_override(value, tmp_path, capsys):
+    argv = ["--set", "model_path=x", "--set", f"limit={value}", "--out", str(tmp_path / "r")]
+    rc, err = run_eval(argv, capsys)
+    assert rc == 2, err
+    assert err.startswith("rrl eval: --set limit=") and "not a valid YAML value" in err
+    assert "Traceback" not in err
+
+
+def test_set_values_are_yaml_typed():
+    assert parse_overrides(["lr=3e-5", "stop=[</answer>]", "path=/a:b", "x="]) == {
+        "lr": "3e-5",  # YAML 1.1 string; build_config reads it as a float
+        "stop": ["</answer>"],
+        "path": "/a:b",
+        "x": "",
+    }
+
+
+@pytest.mark.parametrize(
+    ("line", "needle"),
+    [
+        ("limmit: 3", "unknown setting(s) ['limmit']"),
+        ("limit: three", "setting 'limit' must be an integer, got 'three'"),
+        ("temperature: hot", "setting 'temperature' must be a number"),
+        ("stop: </answer>", "setting 'stop' must be a list"),
+    ],
+)
+def test_unknown_key_and_wrong_type_name_file_and_setting(line, needle, tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"eval:\n  model_path: x\n  {line}\n")
+    rc, err = run_eval(["--config", str(path), "--out", str(tmp_path / "r")], capsys)
+    assert rc == 2
+    assert str(path) in err and needle in err, err
