@@ -12,6 +12,8 @@ solutions, the arithmetic task its synthetic traces (some deliberately wrong). A
 iterable of `Trace` works with `examples_from_traces`.
 
 `filter_correct` keeps the examples whose response grades correct (`envs.grade_batch`).
+`read_examples` loads such a file back (the handout's `sft.jsonl` layout), validating every
+record: a bad one raises `envs.DataError` naming the file, the line and the field.
 
 Command line::
 
@@ -28,7 +30,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from envs.base import RewardFn, Task, Trace, load_prompt, render
+from envs.base import RewardFn, Task, Trace, load_prompt, read_jsonl, render, require
 
 
 def r1_zero_response(reasoning: str, answer: str) -> str:
@@ -99,6 +101,22 @@ def filter_correct(
     kept = [e for e, s in zip(examples, scores, strict=True) if s["reward"] == 1.0]
     stats = {"total": len(examples), "kept": len(kept), **scores.stats.as_dict()}
     return kept, stats
+
+
+def read_examples(path: str | Path) -> list[dict]:
+    """The `{"prompt", "response", "ground_truth"}` records of a JSONL(.gz) file, in order.
+
+    Raises `envs.DataError` ("FILE:LINE: ...") for a missing or empty file, a line that is not
+    a JSON object, or a record whose `prompt`/`response` is not a non-empty string or whose
+    `ground_truth` is not a string. Other fields are kept as they are.
+    """
+    out = []
+    for lineno, record in read_jsonl(path):
+        require(record, "prompt", str, path, lineno, nonempty=True)
+        require(record, "response", str, path, lineno, nonempty=True)
+        require(record, "ground_truth", str, path, lineno)
+        out.append(record)
+    return out
 
 
 def write_jsonl(examples: Iterable[dict], path: str | Path) -> None:

@@ -18,7 +18,6 @@ Run: ``rrl sft --config workflow/config/methods/tiny.yaml --set model_path=... -
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from dataclasses import dataclass
@@ -79,19 +78,13 @@ class SFTConfig(CommonConfig):
 def load_sft_examples(cfg: SFTConfig, task) -> list[dict]:
     """The SFT examples ``{prompt, response, ground_truth}`` before filtering/subsetting."""
     if cfg.train_data:
-        out = []
-        with open(cfg.train_data, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                record = json.loads(line)
-                for key in ("prompt", "response", "ground_truth"):
-                    if not isinstance(record.get(key), str):
-                        raise ConfigError(
-                            f"setting 'train_data': {cfg.train_data}:{lineno} lacks string {key!r}"
-                        )
-                out.append(record)
-        return out
+        from envs import DataError
+        from envs.sft_data import read_examples
+
+        try:
+            return read_examples(cfg.train_data)
+        except DataError as exc:  # names the file, the line and the field
+            raise ConfigError(f"setting 'train_data': {exc}") from None
     pool = getattr(task, "sft_pool", None)
     if pool is None:
         raise ConfigError(

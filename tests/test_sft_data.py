@@ -1,0 +1,72 @@
+"""SFT data files (``train_data``): read back what ``envs.sft_data`` writes, and refuse a bad
+file with one message naming the file, the line and the field (``rrl sft`` exits 2 with it,
+before loading the model)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tiny_model import save_tiny_model
+
+from envs import DataError
+from envs.sft_data import read_examples, write_jsonl
+from reasoning_core.runtime import cli
+
+GOOD = {"prompt": "Q: 1+1? Assistant: <think>", "response": " 2 </think> <answer> 2 </answer>"}
+GOOD = {**GOOD, "ground_truth": "2"}
+
+
+def test_read_examples_returns_what_write_jsonl_wrote(tmp_path):
+    examples = [GOOD, {**GOOD, "ground_truth": "3", "source": "extra fields stay"}]
+    write_jsonl(examples, tmp_path / "sft.jsonl")
+    assert read_examples(tmp_path / "sft.jsonl") == examples
+
+
+BAD_FILES = {
+    "truncated line": (
+        json.dumps(GOOD) + '\n{"prompt": "a", "response": ',
+        r":2: invalid JSON",
+    ),
+    "missing field": (
+        json.dumps(GOOD) + "\n\n" + json.dumps({"prompt": "a", "ground_truth": "c"}),
+        r":3: missing field 'response'",
+    ),
+    "not an object": (json.dumps(GOOD) + "\n[1, 2]\n", r":2: record is not a JSON object"),
+    "wrong type": (
+        json.dumps({**GOOD, "ground_truth": 2}),
+        r":1: field 'ground_truth' must be str, got int",
+    ),
+    "empty response": (json.dumps({**GOOD, "response": "  "}), r":1: field 'response' is empty"),
+    "empty file": ("", r": empty file \(no records\)"),
+    "blank lines only": ("\n \n", r": empty file \(no records\)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_FILES))
+def test_bad_record_names_file_line_and_field(name, tmp_path):
+    text, where = BAD_FILES[name]
+    path = tmp_path / "sft.jsonl"
+    path.write_text(text)
+    with pytest.raises(DataError, match=f"^{path}{where}"):
+        read_examples(path)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("m") / "model")
+
+
+@pytest.mark.parametrize("name", ["truncated line", "not an object", "empty file"])
+def test_rrl_sft_exits_2_naming_the_bad_line(name, model_dir, tmp_path, capsys):
+    text, where = BAD_FILES[name]
+    data = tmp_path / "sft.jsonl"
+    data.write_text(text)
+    out = tmp_path / "run"
+    argv = ["sft", "--set", f"model_path={model_dir}", "--set", "task=arithmetic"]
+    rc = cli.main([*argv, "--set", f"train_data={data}", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.startswith(f"rrl sft: setting 'train_data': {data}{where.replace(chr(92), '')}")
+    assert "Traceback" not in err
+    assert not (out / "metrics.jsonl").exists()  # failed before the run folder was opened
