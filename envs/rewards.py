@@ -124,8 +124,6 @@ def extract_r1_answer(response: str) -> str | None:
 # ----------------------------------------------------------------------------- equivalence
 
 _STRIP_TOKENS = (
-    "\\left",
-    "\\right",
     "\\!",
     "\\,",
     "\\;",
@@ -139,6 +137,10 @@ _STRIP_TOKENS = (
     "%",
     "\\$",
 )
+#: `\\left` / `\\right` as commands, not the start of `\\leftarrow`, `\\rightarrow`, ...
+_LEFT_RIGHT_RE = re.compile(r"\\(?:left|right)(?![a-zA-Z])")
+#: a comma with whitespace beside it separates list items ("81, 256"), not thousands
+_SPACED_COMMA_RE = re.compile(r"\s,|,\s")
 _TEXT_RE = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
 _THOUSANDS_RE = re.compile(r"^-?\d{1,3}(,\d{3})+$")
 _INT_RE = re.compile(r"^-?\d+$")
@@ -149,16 +151,18 @@ def normalize_answer(s: str) -> str:
 
     Drops `$`, spacing commands, `\\left`/`\\right`, degree and percent marks and whitespace;
     maps `\\dfrac`/`\\tfrac` to `\\frac`; unwraps `\\text{}`; strips a trailing period and
-    thousands commas in integers; lowercases.
+    thousands commas in integers (`1,000`, not the list `1, 000`); lowercases.
     """
     s = s.strip().strip("$").strip()
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    s = _LEFT_RIGHT_RE.sub("", s)
     for tok in _STRIP_TOKENS:
         s = s.replace(tok, "")
     s = _TEXT_RE.sub(r"\1", s)
+    spaced_commas = _SPACED_COMMA_RE.search(s) is not None
     s = "".join(s.split())
     s = s.rstrip(".")
-    if _THOUSANDS_RE.match(s):
+    if not spaced_commas and _THOUSANDS_RE.match(s):
         s = s.replace(",", "")
     if _INT_RE.match(s):
         neg = s.startswith("-")

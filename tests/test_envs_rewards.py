@@ -124,6 +124,19 @@ R1_GOLDEN = [
     ("<answer> 7 </answer>", "7", 0, 0),  # no </think>
     ("</answer> a </think> <answer> 7", "7", 0, 0),  # closing tag only before
     ("\\boxed{7}", "7", 0, 0),  # a box is not an answer tag
+    # review of the grader (the first row of each group failed before its fix)
+    # a comma followed by a space separates list items, not thousands (MATH train has the
+    # gold "81, 256", the two solutions of an equation)
+    (R("81256"), "81, 256", 0, 1),
+    (R("1100"), "1, 100", 0, 1),
+    (R("1, 100"), "1100", 0, 1),
+    (R("81, 256"), "81, 256", 1, 1),
+    (R("256, 81"), "81, 256", 1, 1),
+    (R("81,256"), "81256", 1, 1),  # no space: a thousands separator
+    # \left and \right are dropped as commands, not as prefixes of \leftarrow/\rightarrow
+    (R("\\rightarrow"), "\\leftarrow", 0, 1),
+    (R("\\leftarrow"), "\\leftarrow", 1, 1),
+    (R("\\left[ 1, 2 \\right)"), "[1,2)", 1, 1),
 ]
 
 Q_GOLDEN = [
@@ -135,6 +148,7 @@ Q_GOLDEN = [
     ("The answer is 7", "7", 0, 0),
     ("\\boxed{7", "7", 0, 0),  # unclosed box
     ("\\boxed{x = 3}", "3", 1, 1),
+    ("\\boxed{81256}", "81, 256", 0, 1),
 ]
 
 
