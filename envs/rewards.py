@@ -199,10 +199,20 @@ def _parse_gold(gold: str, timeout: int | None):
     return parse("\\boxed{" + gold + "}", parsing_timeout=timeout)
 
 
+def _drop_final_period(s: str) -> str:
+    """`7\\text{ hours}.` -> `7\\text{ hours}`: a sentence's full stop, which math-verify
+    cannot parse after a unit or a degree sign (six MATH answers end in one). `...` stays."""
+    s = s.rstrip()
+    return s[:-1] if s.endswith(".") and not s.endswith("..") else s
+
+
 def math_verify_match(pred: str, gold: str) -> bool:
-    """math-verify equivalence: parse both inside `\\boxed{}`, then `verify(gold, pred)`."""
+    """math-verify equivalence: parse both inside `\\boxed{}`, then `verify(gold, pred)`.
+
+    A final full stop is dropped from both first."""
     from math_verify import parse, verify
 
+    pred, gold = _drop_final_period(pred), _drop_final_period(gold)
     timeout = _mv_timeout()
     gold_parsed = _parse_gold(gold, timeout)
     if not gold_parsed:

@@ -137,6 +137,11 @@ R1_GOLDEN = [
     (R("\\rightarrow"), "\\leftarrow", 0, 1),
     (R("\\leftarrow"), "\\leftarrow", 1, 1),
     (R("\\left[ 1, 2 \\right)"), "[1,2)", 1, 1),
+    # golds ending in a sentence period (MATH has six) still parse
+    (R("7"), "7\\text{ hours}.", 1, 1),
+    (R("30.0"), "30^\\circ.", 1, 1),
+    (R("\\frac{7}{5}+\\frac{i}{5}"), "\\frac{7}{5} + \\frac{1}{5} i.", 1, 1),
+    (R("31"), "30^\\circ.", 0, 1),
 ]
 
 Q_GOLDEN = [
@@ -149,6 +154,7 @@ Q_GOLDEN = [
     ("\\boxed{7", "7", 0, 0),  # unclosed box
     ("\\boxed{x = 3}", "3", 1, 1),
     ("\\boxed{81256}", "81, 256", 0, 1),
+    ("so \\boxed{7\\text{ hours}}", "7\\text{ hours}.", 1, 1),
 ]
 
 
