@@ -2,7 +2,8 @@
 
 * `r1_zero_reward_fn`: format 1 only if the response contains `</think> <answer>` and, after it,
   `</answer>`. The answer is the text of the last `<answer>...</answer>`, with a `\\boxed{}`
-  inside it unwrapped. reward = answer reward; format 0 implies answer 0.
+  inside it unwrapped (a box that never closes is a wrong answer, as in the handout).
+  reward = answer reward; format 0 implies answer 0.
 * `question_only_reward_fn`: the answer is the content of the last `\\boxed{}` (or `\\fbox{}`);
   no box means format 0 (and answer 0).
 * `countdown_reward_fn`: r1 format with any whitespace between `</think>` and `<answer>`; the
@@ -118,7 +119,13 @@ def extract_r1_answer(response: str) -> str | None:
     if answer is None:
         return None
     boxed = last_boxed(answer)
-    return boxed if boxed is not None else answer
+    if boxed is not None:
+        return boxed
+    if "\\boxed" in answer or "\\fbox" in answer:
+        # A box that never closes (e.g. `\\boxed{7 </answer>`): a wrong answer, as in the
+        # handout's grader, rather than text with unbalanced braces for math-verify to guess at.
+        return ""
+    return answer
 
 
 # ----------------------------------------------------------------------------- equivalence

@@ -142,6 +142,10 @@ R1_GOLDEN = [
     (R("30.0"), "30^\\circ.", 1, 1),
     (R("\\frac{7}{5}+\\frac{i}{5}"), "\\frac{7}{5} + \\frac{1}{5} i.", 1, 1),
     (R("31"), "30^\\circ.", 0, 1),
+    # a box that never closes is a wrong answer (as in the handout), not ungraded text
+    (R("\\boxed{7"), "7", 0, 1),
+    (R("\\boxed{\\frac{1}{2}"), "0.5", 0, 1),
+    (R("\\boxed{3} then \\boxed{7"), "3", 1, 1),  # the last closed box, as question_only
 ]
 
 Q_GOLDEN = [
