@@ -85,12 +85,18 @@ def test_evaluate_policy_counts_categories(task, examples):
     assert all(len(v["examples"]) == 1 for v in report.values())
 
 
-def test_rrl_eval_writes_run_folder(tmp_path, monkeypatch, examples):
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A complete model folder (random tiny weights + tokenizer): passes the folder check."""
+    return save_tiny_model(tmp_path_factory.mktemp("model") / "m")
+
+
+def test_rrl_eval_writes_run_folder(tmp_path, monkeypatch, examples, model_dir):
     """The command end to end; the engine is scripted so the counts are known."""
     engine = ScriptedEngine(scripted_for(examples))
     monkeypatch.setattr(evaluate, "build_engine", lambda cfg: engine)
     out = tmp_path / "run"
-    argv = ["--set", "model_path=unused", "--set", "task=arithmetic", "--set", "limit=6"]
+    argv = ["--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "limit=6"]
     assert evaluate.main([*argv, "--set", "split=test", "--out", str(out)]) == 0
     assert engine.calls[0][1].temperature == 1.0 and engine.calls[0][1].stop == ["</answer>"]
 
@@ -149,6 +155,75 @@ def test_bad_eval_config_is_named(tmp_path, capsys):
     argv = ["--set", "model_path=x", "--set", "task=chess", "--out", str(tmp_path / "r")]
     assert evaluate.main(argv) == 2
     assert "task" in capsys.readouterr().err
+
+
+def _damage(folder, how):
+    if how == "no weights":
+        (folder / "model.safetensors").unlink()
+        return "no weights"
+    if how == "truncated weights":
+        path = folder / "model.safetensors"
+        path.write_bytes(path.read_bytes()[:-100])  # a copy or save that stopped early
+        return "model.safetensors: truncated"
+    if how == "no tokenizer":
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            (folder / name).unlink(missing_ok=True)
+        return "no tokenizer"
+    if how == "corrupt tokenizer":
+        (folder / "tokenizer.json").write_text('{"version": ')
+        return "tokenizer.json: tokenizer.json is not readable JSON"
+    if how == "corrupt config":
+        (folder / "config.json").write_text('{"model_type": "qwen2",')
+        return "config.json: config.json is not readable JSON"
+    raise AssertionError(how)
+
+
+@pytest.mark.parametrize(
+    "how",
+    ["no weights", "truncated weights", "no tokenizer", "corrupt tokenizer", "corrupt config"],
+)
+def test_damaged_model_folder_is_named_before_any_work(how, model_dir, tmp_path, capsys):
+    import shutil
+
+    from reasoning_core.runtime import cli
+
+    folder = tmp_path / "model"
+    shutil.copytree(model_dir, folder)
+    needle = _damage(folder, how)
+    out = tmp_path / "run"
+    argv = ["eval", "--set", f"model_path={folder}", "--set", "task=arithmetic"]
+    rc = cli.main([*argv, "--set", "engine=hf", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.startswith("rrl eval: setting 'model_path': ") and needle in err, err
+    assert not out.exists()
+
+
+def test_bad_data_path_is_named_and_leaves_no_run_folder(model_dir, tmp_path, capsys):
+    data = tmp_path / "test.jsonl"
+    data.write_text('{"id": "a", "question": "1+1", "ground_truth": 2}\n{"id": ')
+    for path, needle in [(tmp_path / "nope.jsonl", "nope.jsonl: file not found"), (data, ":2:")]:
+        out = tmp_path / "run"
+        argv = [
+            "--set",
+            f"model_path={model_dir}",
+            "--set",
+            "task=arithmetic",
+            "--set",
+            "engine=hf",
+        ]
+        assert evaluate.main([*argv, "--set", f"data_path={path}", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"rrl eval: setting 'data_path': {path}") and needle in err, err
+        assert not out.exists()
+
+
+def test_unknown_split_or_template_fails_before_any_work(model_dir, tmp_path, capsys):
+    for bad in ("split=dev", "template=chatml"):
+        argv = ["--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", bad]
+        assert evaluate.main([*argv, "--out", str(tmp_path / "r")]) == 2
+        assert repr(bad.partition("=")[2]) in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
 
 
 def test_log_generations():

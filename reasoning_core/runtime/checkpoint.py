@@ -9,6 +9,10 @@
   data position, metrics file offset, wall seconds so far). Written to a temporary folder and
   swapped in with renames, so a process killed at any moment leaves either the old or the new
   state, never a torn one.
+* ``check_model_folder(path)``: before any work, refuse a model folder that lacks or holds a
+  damaged ``config.json``, weights (a truncated safetensors file included) or tokenizer, with
+  a message naming the file, instead of an error deep in transformers (or, for a missing
+  tokenizer, a silently empty one).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from reasoning_core.runtime.config import ConfigError
 
 STATE_FILE = "trainer_state.pt"
 COUNTERS_FILE = "counters.json"
@@ -57,6 +63,78 @@ def save_checkpoint(model, tokenizer, path: str | Path) -> Path:
         tokenizer.save_pretrained(tmp)
     _swap_in(tmp, final)
     return final
+
+
+# Files from which AutoTokenizer builds a real tokenizer (fast JSON, SentencePiece, BPE, WordPiece).
+TOKENIZER_FILES = (("tokenizer.json",), ("tokenizer.model",), ("vocab.json", "merges.txt"))
+TOKENIZER_FILES += (("vocab.txt",),)
+
+
+def _read_json_file(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: {what} is not readable JSON ({exc})") from None
+
+
+def _check_safetensors(path: Path) -> None:
+    """The header parses and the file holds every byte the header points to (a copy or a save
+    that stopped early fails here)."""
+    size = path.stat().st_size
+    try:
+        with path.open("rb") as f:
+            head = f.read(8)
+            n = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if n < 2 or 8 + n > size:
+                raise ValueError(f"header length {n} does not fit in {size} bytes")
+            header = json.loads(f.read(n))
+        ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+    except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not a complete safetensors file ({exc})") from None
+    need = 8 + n + max(ends, default=0)
+    if size < need:
+        raise ConfigError(f"{path}: truncated ({size} bytes, its header needs {need})")
+
+
+def check_model_folder(path: str | Path, setting: str = "model_path") -> None:
+    """Raise :class:`ConfigError` (naming ``setting`` and the file) unless ``path`` is a
+    Hugging Face model folder with a readable ``config.json``, complete weights
+    (``model.safetensors``, a sharded safetensors index and its shards, or PyTorch ``.bin``)
+    and a tokenizer."""
+    folder = Path(path)
+    prefix = f"setting {setting!r}: "
+    if not folder.is_dir():
+        raise ConfigError(f"{prefix}folder {str(path)!r} does not exist")
+    try:
+        if not (folder / "config.json").is_file():
+            raise ConfigError(f"{folder}: no config.json (not a Hugging Face model folder)")
+        if not isinstance(_read_json_file(folder / "config.json", "config.json"), dict):
+            raise ConfigError(f"{folder / 'config.json'}: not a JSON object")
+        index = folder / "model.safetensors.index.json"
+        if (folder / "model.safetensors").is_file():
+            _check_safetensors(folder / "model.safetensors")
+        elif index.is_file():
+            weight_map = _read_json_file(index, "the shard index").get("weight_map", {})
+            for shard in sorted(set(weight_map.values())):
+                if not (folder / shard).is_file():
+                    raise ConfigError(f"{folder / shard}: shard named in {index.name} is missing")
+                _check_safetensors(folder / shard)
+        elif not any(
+            (folder / name).is_file()
+            for name in ("pytorch_model.bin", "pytorch_model.bin.index.json")
+        ):
+            raise ConfigError(
+                f"{folder}: no weights (model.safetensors, model.safetensors.index.json or "
+                "pytorch_model.bin)"
+            )
+        if not any(all((folder / f).is_file() for f in group) for group in TOKENIZER_FILES):
+            names = " or ".join("+".join(group) for group in TOKENIZER_FILES)
+            raise ConfigError(f"{folder}: no tokenizer ({names})")
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            if (folder / name).is_file():
+                _read_json_file(folder / name, name)
+    except ConfigError as exc:
+        raise ConfigError(prefix + str(exc)) from None
 
 
 def rng_state() -> dict[str, Any]:

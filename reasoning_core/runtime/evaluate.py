@@ -316,12 +316,21 @@ class EvalConfig:
             raise ConfigError(
                 f"setting 'task' must be one of {envs.task_names()}, got {self.task!r}"
             )
+        try:
+            task = envs.get_task(self.task)
+            task.check_template(self.template)
+            task.check_split(self.split)
+        except ValueError as exc:
+            raise ConfigError(f"setting 'template'/'split': {exc}") from None
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"setting 'limit' must be >= 1, got {self.limit}")
         try:
             self.sampling_params()
         except ValueError as exc:
             raise ConfigError(f"sampling settings: {exc}") from exc
+        from reasoning_core.runtime.checkpoint import check_model_folder
+
+        check_model_folder(self.model_path)  # last: the cheap settings are named first
 
     def sampling_params(self) -> SamplingParams:
         return SamplingParams(
@@ -360,13 +369,18 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
 
     out = Path(out)
     if (out / "done.json").is_file():
+        print(f"[eval] {out} is already complete (done.json)", file=sys.stderr)
         return json.loads((out / "done.json").read_text())
     t0 = time.perf_counter()
-    save_config(cfg, out)
     task = envs.get_task(cfg.task)
-    examples = task.load(cfg.split, path=cfg.data_path, limit=cfg.limit)
+    try:  # before anything is written, so a bad data file leaves no run folder behind
+        examples = task.load(cfg.split, path=cfg.data_path, limit=cfg.limit)
+    except ValueError as exc:  # envs.DataError (names file and line) or an unknown split
+        setting = "data_path" if cfg.data_path else "split"
+        raise ConfigError(f"setting {setting!r}: {exc}") from None
     if not examples:
         raise ConfigError(f"task {cfg.task!r} split {cfg.split!r} has no examples")
+    save_config(cfg, out)
     engine = build_engine(cfg)
     t1 = time.perf_counter()
     summary, records = evaluate_policy(
@@ -389,7 +403,7 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
         "metrics": summary,
         "categories": category_report(records, cfg.examples_per_category),
     }
-    (out / "summary.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_json_atomic(out / "summary.json", report)
     with MetricsWriter(out) as metrics:
         metrics.truncate(0)  # a rerun after a crash starts this one-line file afresh
         metrics.log(
@@ -431,7 +445,11 @@ def main(argv: list[str] | None = None) -> int:
     if resolved is None:
         return 2
     cfg, args = resolved
-    done = run_eval(cfg, args.out)
+    try:
+        done = run_eval(cfg, args.out)
+    except ConfigError as exc:  # data-dependent: a bad data file or split
+        print(f"rrl eval: {exc}", file=sys.stderr)
+        return 2
     summary = json.loads((Path(args.out) / "summary.json").read_text())["metrics"]
     counts = ", ".join(f"{k} {summary[k]}" for k in CATEGORIES)
     print(

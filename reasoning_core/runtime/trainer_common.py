@@ -93,10 +93,10 @@ class CommonConfig:
         """Fail before any work with a message that names the setting."""
         if not self.model_path:
             raise ConfigError("setting 'model_path' is required (a Hugging Face model folder)")
-        if not Path(self.model_path).is_dir():
-            raise ConfigError(f"setting 'model_path': folder {self.model_path!r} does not exist")
-        if not (Path(self.model_path) / "config.json").is_file():
-            raise ConfigError(f"setting 'model_path': {self.model_path!r} has no config.json")
+        from reasoning_core.runtime.checkpoint import check_model_folder
+
+        # config.json, complete weights and a tokenizer, each named when missing or damaged.
+        check_model_folder(self.model_path)
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ConfigError(f"setting 'betas' must be two numbers in [0, 1), got {self.betas}")
         _positive(self, "lr", "num_threads", "eval_max_tokens")
