@@ -89,6 +89,13 @@ def _worker_main(read_fd: int, write_fd: int) -> None:
 
     rewards.MATH_VERIFY_TIMEOUT = None  # the parent's hard kill is the time limit
     logging.getLogger("math_verify").setLevel(logging.ERROR)
+    # Import math-verify (sympy, the LaTeX parser) and run it once before reporting ready, so
+    # that the per-item limit times grading and not a fresh worker's ~0.3 s (more under load)
+    # first import, which could otherwise score a correct answer 0 after each replacement.
+    try:
+        rewards.math_verify_match("1/2", "0.5")
+    except Exception:  # grading a math item will report the problem
+        pass
     inbox = Connection(read_fd, writable=False)
     outbox = Connection(write_fd, readable=False)
     outbox.send(("ready", None, None))

@@ -32,6 +32,14 @@ def _dies(response: str, ground_truth: str) -> dict:
     return {"reward": 1.0, "format_reward": 1.0, "answer_reward": 1.0}
 
 
+def _math_verify_loaded(response: str, ground_truth: str) -> dict:
+    """Reward 1 iff math-verify was already imported in this worker when the item arrived."""
+    import sys
+
+    v = float("math_verify" in sys.modules)
+    return {"reward": v, "format_reward": 1.0, "answer_reward": v}
+
+
 def R(answer: str) -> str:
     return f"x </think> <answer> {answer} </answer>"
 
@@ -145,4 +153,15 @@ def test_interrupted_call_does_not_leak_into_the_next(monkeypatch):
     monkeypatch.setattr(grader, "wait", real_wait)
     assert any(w.job is not None for w in grader._POOL.workers)  # answers still in flight
     out = grade_batch(_sleepy, ["0.5"], ["1"], timeout=5, num_workers=2)
+    assert [r["reward"] for r in out] == [1.0]
+
+
+def test_fresh_worker_loads_math_verify_before_its_first_item():
+    """The per-item limit must time the grading, not a fresh worker's first import of
+    math-verify and sympy (~0.3 s here, seconds on a loaded machine), which could make a
+    correct answer score 0 after every worker replacement."""
+    from envs import grader
+
+    grader._shutdown()  # a fresh pool
+    out = grade_batch(_math_verify_loaded, ["x"], ["1"], timeout=30, num_workers=1)
     assert [r["reward"] for r in out] == [1.0]
