@@ -20,7 +20,8 @@ from fractions import Fraction
 MAX_ANSWER_CHARS = 1000
 MAX_DEPTH = 100
 
-_TOKEN_RE = re.compile(r"\s*(?:(\d+)|([-+*/()]))")
+# ASCII digits only: `\d` would also accept e.g. Arabic-Indic or full-width digits.
+_TOKEN_RE = re.compile(r"\s*(?:([0-9]+)|([-+*/()]))")
 
 
 class CountdownSyntaxError(ValueError):

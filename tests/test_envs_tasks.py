@@ -197,6 +197,8 @@ def C(answer: str, sep: str = " ") -> str:
         (C("44.0 + 19 + 35"), 0, 1),  # decimals are not integers of the list
         (C("(44 + 19 + 35) / (35 - 35)"), 0, 1),  # division by zero
         (C("(44 + 19 + 35"), 0, 1),  # unbalanced parenthesis
+        (C("\u0664\u0664 + 19 + 35"), 0, 1),  # non-ASCII digits (Arabic-Indic 44)
+        (C("\uff14\uff14 + 19 + 35"), 0, 1),  # non-ASCII digits (full-width 44)
         ("steps <answer> 44 + 19 + 35 </answer>", 0, 0),  # no </think>
         ("steps </think> <answer> 44 + 19 + 35", 0, 0),  # no closing tag
     ],
