@@ -239,3 +239,44 @@ def test_summary_falls_back_to_metrics_and_orders_given_runs(tmp_path):
     assert (
         rrl(["summary", "--results", str(results), "--runs", str(outside), "--out", str(out)]) == 2
     )
+
+
+def test_damaged_run_files_give_a_message_not_a_traceback(tmp_path, capsys):
+    """A metrics line that is JSON but not an object is skipped with a warning naming the
+    file and line; an unreadable config.yaml or done.json is named (exit 2)."""
+    a = make_run(tmp_path / "a", lr=1e-4, accuracies=[0.1, 0.3])
+    b = make_run(tmp_path / "b", lr=3e-4, accuracies=[0.2, 0.4])
+    lines = (a / "metrics.jsonl").read_text().splitlines()
+    lines[1:1] = ["3", '{"step": 1, "split": "ev']  # garbage in the middle
+    (a / "metrics.jsonl").write_text("\n".join(lines))  # still ends in the partial line
+    png = tmp_path / "p.png"
+    assert rrl(["plot", "--runs", str(a), str(b), "--out", str(png)]) == 0
+    err = capsys.readouterr().err
+    assert f"{a / 'metrics.jsonl'}:2: skipped (not a JSON object)" in err
+    assert f"{a / 'metrics.jsonl'}:3: skipped (not valid JSON)" in err
+    assert err.count(":2: skipped") == 1  # warned once per file, not once per reader
+    assert ":7:" not in err  # the partial last line of a killed run is skipped silently
+    assert_png(png)
+
+    (b / "config.yaml").write_text("lr: [1\n")
+    assert rrl(["plot", "--runs", str(a), str(b), "--label-keys", "lr", "--out", str(png)]) == 2
+    err = capsys.readouterr().err
+    assert f"rrl plot: {b / 'config.yaml'}:1:5: not valid YAML" in err
+    assert "Traceback" not in err
+
+    (a / "done.json").write_text('{"eval_accuracy": 0.')
+    assert rrl(["summary", "--runs", str(a), "--results", str(tmp_path), "--out", str(png)]) == 2
+    assert f"rrl summary: {a / 'done.json'}: not valid JSON" in capsys.readouterr().err
+
+
+def test_empty_metrics_file_is_named_and_other_runs_still_drawn(tmp_path, capsys):
+    a = make_run(tmp_path / "a", lr=1e-4, accuracies=[0.1, 0.3])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "metrics.jsonl").write_text("")
+    png = tmp_path / "p.png"
+    assert rrl(["plot", "--runs", str(a), str(empty), "--out", str(png)]) == 0
+    assert f"{empty / 'metrics.jsonl'} holds no records" in capsys.readouterr().err
+    assert_png(png)
+    assert rrl(["plot", "--runs", str(empty), "--out", str(tmp_path / "q.png")]) == 1
+    assert "none of ['eval/accuracy'] is logged" in capsys.readouterr().err

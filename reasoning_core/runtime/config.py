@@ -33,7 +33,7 @@ def load_yaml(path: str | Path, section: str | None = None) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}:{_yaml_problem(exc)}") from None
+        raise ConfigError(f"{path}:{yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at top level, got {type(data).__name__}")
     if section is not None and isinstance(data.get(section), dict):
@@ -41,7 +41,7 @@ def load_yaml(path: str | Path, section: str | None = None) -> dict[str, Any]:
     return data
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> str:
+def yaml_problem(exc: yaml.YAMLError) -> str:
     """``"LINE:COL: not valid YAML: what"`` for a YAML parse error (1-based, as editors count).
 
     The place is where the broken construct starts (an unclosed bracket's line), not where the
@@ -70,7 +70,7 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
         try:
             out[key.strip()] = yaml.safe_load(value) if value != "" else ""
         except yaml.YAMLError as exc:
-            what = _yaml_problem(exc).partition("not valid YAML: ")[2]
+            what = yaml_problem(exc).partition("not valid YAML: ")[2]
             raise ConfigError(
                 f"--set {pair}: {value!r} is not a valid YAML value ({what}); "
                 "quote a string that holds YAML syntax, e.g. --set 'key=\"a: b\"'"

@@ -38,35 +38,61 @@ X_LABELS = {"step": "optimizer step", "time/elapsed": "wall-clock time (s)"}
 # ---- reading run folders -------------------------------------------------------------------
 
 
-def read_metrics(run: str | Path) -> list[dict[str, Any]]:
-    """The records of ``run/metrics.jsonl`` (a truncated last line is skipped)."""
+def read_metrics(run: str | Path, *, warn: bool = True) -> list[dict[str, Any]]:
+    """The records of ``run/metrics.jsonl``.
+
+    A run killed mid-write leaves at most a partial last line (one without its newline): it is
+    skipped silently. Any other line that is not a JSON object is skipped with a warning on
+    stderr (unless ``warn`` is off) naming the file and line, so damage elsewhere does not pass
+    unnoticed."""
     path = Path(run) / "metrics.jsonl"
     if not path.is_file():
         return []
     records = []
-    with path.open() as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a run killed mid-write leaves at most a partial last line
+    text = path.read_text(encoding="utf-8", errors="replace")
+    lines = text.split("\n")
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if warn and lineno < len(lines):  # the last has no newline: a write cut short
+                _warn(f"{path}:{lineno}: skipped (not valid JSON)")
+            continue
+        if not isinstance(record, dict):
+            if warn:
+                _warn(f"{path}:{lineno}: skipped (not a JSON object)")
+            continue
+        records.append(record)
     return records
 
 
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
+    """A YAML mapping ({} when the file is absent); ValueError naming the file if unreadable."""
     if not path.is_file():
         return {}
-    data = yaml.safe_load(path.read_text())
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        from reasoning_core.runtime.config import yaml_problem
+
+        raise ValueError(f"{path}:{yaml_problem(exc)}") from None
     return data if isinstance(data, dict) else {}
 
 
 def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object ({} when the file is absent); ValueError naming the file if unreadable."""
     if not path.is_file():
         return {}
-    data = json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
     return data if isinstance(data, dict) else {}
 
 
@@ -309,10 +335,13 @@ def main_plot(argv: list[str] | None = None) -> int:
     if missing:
         print(f"rrl plot: no metrics.jsonl in {missing}", file=sys.stderr)
         return 2
-    labels = args.labels
-    if labels is None and args.label_keys:
-        labels = run_labels(args.runs, args.label_keys)
+    for run in args.runs:
+        if not read_metrics(run, warn=False):
+            _warn(f"{Path(run) / 'metrics.jsonl'} holds no records")
     try:
+        labels = args.labels
+        if labels is None and args.label_keys:
+            labels = run_labels(args.runs, args.label_keys)
         if args.kind == "final":
             drawn = plot_final(args.runs, args.metric, args.out, labels=labels, title=args.title)
         else:
