@@ -216,10 +216,11 @@ def _drop_final_period(s: str) -> str:
 def math_verify_match(pred: str, gold: str) -> bool:
     """math-verify equivalence: parse both inside `\\boxed{}`, then `verify(gold, pred)`.
 
-    A final full stop is dropped from both first."""
+    The gold's final full stop is dropped first. The answer is parsed as written: there a
+    final period makes math-verify fall back to the last number (`The answer is 5.` -> 5)."""
     from math_verify import parse, verify
 
-    pred, gold = _drop_final_period(pred), _drop_final_period(gold)
+    gold = _drop_final_period(gold)
     timeout = _mv_timeout()
     gold_parsed = _parse_gold(gold, timeout)
     if not gold_parsed:

@@ -142,6 +142,9 @@ R1_GOLDEN = [
     (R("30.0"), "30^\\circ.", 1, 1),
     (R("\\frac{7}{5}+\\frac{i}{5}"), "\\frac{7}{5} + \\frac{1}{5} i.", 1, 1),
     (R("31"), "30^\\circ.", 0, 1),
+    # ... while an answer's own final period is left to math-verify (the last number counts)
+    (R("The answer is 5."), "5", 1, 1),
+    (R("The final answer is $9$."), "9", 1, 1),
     # a box that never closes is a wrong answer (as in the handout), not ungraded text
     (R("\\boxed{7"), "7", 0, 1),
     (R("\\boxed{\\frac{1}{2}"), "0.5", 0, 1),
