@@ -142,7 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     task = get_task(args.task)
-    examples = build_examples(task, args.split, limit=args.limit, path=args.path)
+    try:
+        examples = build_examples(task, args.split, limit=args.limit, path=args.path)
+    except ValueError as exc:  # DataError (names file, line and field) or an unknown split
+        print(f"{ap.prog}: {exc}", file=sys.stderr)
+        return 2
     if args.no_filter:
         stats = {"total": len(examples), "kept": len(examples)}
     else:

@@ -70,3 +70,19 @@ def test_rrl_sft_exits_2_naming_the_bad_line(name, model_dir, tmp_path, capsys):
     assert err.startswith(f"rrl sft: setting 'train_data': {data}{where.replace(chr(92), '')}")
     assert "Traceback" not in err
     assert not (out / "metrics.jsonl").exists()  # failed before the run folder was opened
+
+
+def test_sft_data_command_names_a_bad_source_file(tmp_path, capsys):
+    from envs.sft_data import main
+
+    source = tmp_path / "gsm8k.jsonl"
+    source.write_text('{"question": "1+1?"}\n')
+    for extra, needle in [
+        (["--path", str(source)], f"{source}:1: missing field"),
+        (["--path", str(tmp_path / "nope.jsonl")], "nope.jsonl: file not found"),
+        (["--split", "dev"], "has no split 'dev'"),
+    ]:
+        assert main(["--task", "gsm8k", *extra, "--out", str(tmp_path / "o.jsonl")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("python -m envs.sft_data: ") and needle in err, err
+    assert not (tmp_path / "o.jsonl").exists()
