@@ -26,6 +26,7 @@ Ground truths are integers written as strings; grading uses the standard r1_zero
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -316,7 +317,7 @@ def _load_jsonl(path: str | Path, split: str, limit: int | None) -> list[Example
         q = require(rec, "question", str, path, lineno, nonempty=True)
         gt = require(rec, "ground_truth", (str, int), path, lineno)
         gt = str(gt).strip()
-        if not gt.lstrip("-").isdigit():
+        if not re.fullmatch(r"-?[0-9]+", gt):  # not isdigit(): it accepts '²', '٣'; '--1'
             raise DataError(path, lineno, f"field 'ground_truth' must be an integer, got {gt!r}")
         out.append(
             Example(

@@ -203,3 +203,13 @@ def test_sft_data_builder_and_filter_use_the_arithmetic_traces():
     kept, stats = filter_correct(examples, num_workers=1)
     assert stats["total"] == 128
     assert [e["response"] for e in kept] == [e["response"] for e in pool if e["correct"]]
+
+
+@pytest.mark.parametrize("gt", ["\u00b2", "\u0663", "--1", "1.0", " "])
+def test_jsonl_ground_truth_must_be_an_ascii_integer(tmp_path, gt):
+    """str.isdigit() also accepts superscripts and other scripts' digits, and stripping every
+    leading '-' let '--1' through; none of them is an integer the grader can compare."""
+    f = tmp_path / "p.jsonl"
+    f.write_text(json.dumps({"question": "q", "ground_truth": gt}) + "\n")
+    with pytest.raises(DataError, match=r"p.jsonl:1.*ground_truth"):
+        TASK.load("test", path=f)
