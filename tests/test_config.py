@@ -35,6 +35,13 @@ def test_tab_indentation_names_its_line(tmp_path):
         load_yaml(path)
 
 
+def test_binary_file_as_config_is_named(tmp_path):
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(b"\x08\x00\x00\x00\xff\xfe")
+    with pytest.raises(ConfigError, match=rf"^{path}: not UTF-8 text \(byte 4\)"):
+        load_yaml(path)
+
+
 @pytest.mark.parametrize("value", ["[3", ": x", "{a: 1", "'open"])
 def test_unparsable_set_value_names_the_override(value, tmp_path, capsys):
     argv = ["--set", "model_path=x", "--set", f"limit={value}", "--out", str(tmp_path / "r")]

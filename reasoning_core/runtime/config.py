@@ -31,7 +31,11 @@ def load_yaml(path: str | Path, section: str | None = None) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {exc.start}); is it a config file?"
+        ) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}:{yaml_problem(exc)}") from None
     if not isinstance(data, dict):
