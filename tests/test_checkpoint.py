@@ -4,12 +4,21 @@ must be refused with a message naming the file, never loaded as if it were whole
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import save_file
 
-from reasoning_core.runtime.checkpoint import check_model_folder
+from reasoning_core.runtime.checkpoint import (
+    STATE_FILE,
+    StateError,
+    check_model_folder,
+    find_state,
+    load_state,
+    save_state,
+)
 from reasoning_core.runtime.config import ConfigError
 
 
@@ -63,3 +72,97 @@ def test_trainer_refuses_a_model_folder_without_tokenizer(tmp_path, capsys):
         f"rrl sft: setting 'model_path': {folder}: no tokenizer"
     )
     assert not (tmp_path / "run").exists()
+
+
+# ---- resumable state ----------------------------------------------------------------------
+
+
+def _objects():
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    return model, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+
+
+def _save(path, step):
+    model, opt, sched = _objects()
+    save_state(path, model=model, optimizer=opt, scheduler=sched, counters={"step": step})
+
+
+def _load(path):
+    model, opt, sched = _objects()
+    return load_state(path, model=model, optimizer=opt, scheduler=sched, restore_rng=False)
+
+
+def test_unreadable_state_is_refused_naming_the_file(tmp_path):
+    state = tmp_path / "state"
+    _save(state, 1)
+    pt = state / STATE_FILE
+    pt.write_bytes(pt.read_bytes()[:500])  # damaged after it was written
+    with pytest.raises(
+        StateError, match=rf"^{pt}: unreadable .*delete {state} to start this run over$"
+    ):
+        _load(state)
+
+
+def test_unreadable_state_falls_back_to_the_previous_complete_one(tmp_path, capsys):
+    state = tmp_path / "state"
+    _save(state, 1)
+    shutil.copytree(state, tmp_path / "keep")
+    _save(state, 2)
+    (tmp_path / "keep").rename(tmp_path / "state.old")  # as between the two renames of a save
+    (state / STATE_FILE).write_bytes(b"")
+    assert _load(state) == {"step": 1}
+    assert f"{state / STATE_FILE}: unreadable" in capsys.readouterr().err
+
+
+def test_a_save_killed_midway_leaves_the_last_state_and_its_debris_is_removed(tmp_path):
+    state = tmp_path / "state"
+    _save(state, 1)
+    # What a process killed inside torch.save leaves: a partial file in its own temp folder.
+    debris = tmp_path / "state.tmp-999999999"
+    debris.mkdir()
+    (debris / STATE_FILE).write_bytes(b"PK\x03\x04 partial")
+    assert find_state(state) == state and _load(state) == {"step": 1}
+    _save(state, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state"]
+    assert _load(state) == {"step": 2}
+
+
+def test_a_save_failing_after_a_resume_from_old_keeps_a_complete_state(tmp_path, monkeypatch):
+    """Resumed from state.old (a process died between the two renames), the next save must
+    not delete state.old before its replacement is in place."""
+    state = tmp_path / "state"
+    _save(state, 1)
+    state.rename(tmp_path / "state.old")
+    real_rename = Path.rename
+
+    def rename(self, target):
+        if ".tmp-" in self.name:
+            raise OSError("killed here")
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", rename)
+    with pytest.raises(OSError, match="killed here"):
+        _save(state, 2)
+    monkeypatch.undo()
+    assert _load(state) == {"step": 1}
+
+
+def test_rrl_sft_refuses_a_damaged_state_with_one_message(tmp_path, capsys):
+    from tiny_model import save_tiny_model
+
+    from reasoning_core.runtime import cli
+
+    folder = save_tiny_model(tmp_path / "m")
+    out = tmp_path / "run"
+    (out / "state").mkdir(parents=True)
+    (out / "state" / STATE_FILE).write_bytes(b"PK\x03\x04 not a whole zip")
+    capsys.readouterr()
+    settings = {"model_path": folder, "task": "arithmetic", "sft_pool_size": 8, "batch_size": 4}
+    settings |= {"gradient_accumulation_steps": 2, "progress": False}
+    argv = [a for k, v in settings.items() for a in ("--set", f"{k}={v}")]
+    assert cli.main(["sft", *argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"rrl sft: {out / 'state' / STATE_FILE}: unreadable" in err
+    assert "Traceback" not in err
+    assert not (out / "done.json").exists()

@@ -21,6 +21,7 @@ import json
 import os
 import random
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,19 +34,63 @@ STATE_FILE = "trainer_state.pt"
 COUNTERS_FILE = "counters.json"
 
 
+class StateError(RuntimeError):
+    """A saved training state cannot be loaded; the message names the file and the way out."""
+
+
+def _fsync_tree(folder: Path) -> None:
+    """Flush every file of ``folder`` and the folder itself to disk, so that after the renames a
+    machine crash cannot leave a complete-looking folder with empty or partial files."""
+    for path in folder.rglob("*"):
+        if path.is_file():
+            with path.open("rb") as f:
+                os.fsync(f.fileno())
+    _fsync_dir(folder)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _swap_in(tmp: Path, final: Path) -> None:
-    """Replace ``final`` by ``tmp`` with renames only (old copy kept as ``final.old`` briefly)."""
+    """Replace ``final`` by ``tmp`` with renames only (old copy kept as ``final.old`` briefly).
+
+    At every moment ``final`` or ``final.old`` is a complete copy: ``final.old`` is deleted
+    only once it has been superseded (it may be the only copy left by a process that died
+    between the two renames, and the one a resumed run loaded)."""
+    _fsync_tree(tmp)
     old = final.with_name(final.name + ".old")
-    if old.exists():
-        shutil.rmtree(old)
     if final.exists():
+        if old.exists():
+            shutil.rmtree(old)
         final.rename(old)
     tmp.rename(final)
+    _fsync_dir(final.parent)
     if old.exists():
         shutil.rmtree(old)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # someone else's process (or not a pid): leave its folder alone
+    return True
 
 
 def _tmp_dir(final: Path) -> Path:
+    """A fresh ``<final>.tmp-<pid>``; the temporary folders of dead processes (a save killed
+    midway: possibly gigabytes of partial state) are removed first."""
+    for stale in final.parent.glob(f"{final.name}.tmp-*"):
+        pid = stale.name.rpartition("-")[2]
+        if stale.is_dir() and pid.isdigit() and not _pid_alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
     tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -204,10 +249,25 @@ def load_state(
 ) -> dict[str, Any] | None:
     """Load a state saved by :func:`save_state` into the given objects; return its counters
     (None when there is no state to resume from)."""
-    found = find_state(path)
-    if found is None:
+    final = Path(path)
+    candidates = [final, final.with_name(final.name + ".old")]  # see find_state
+    candidates = [c for c in candidates if (c / STATE_FILE).is_file()]
+    if not candidates:
         return None
-    data = torch.load(found / STATE_FILE, map_location="cpu", weights_only=False)
+    data, errors = None, []
+    for candidate in candidates:
+        try:
+            data = torch.load(candidate / STATE_FILE, map_location="cpu", weights_only=False)
+            break
+        except Exception as exc:  # torch raises RuntimeError, OSError, EOFError, pickle errors
+            errors.append(f"{candidate / STATE_FILE}: unreadable ({type(exc).__name__}: {exc})")
+            if candidate is not candidates[-1]:
+                print(f"warning: {errors[-1]}; trying {candidates[-1]}", file=sys.stderr)
+    if data is None:
+        raise StateError(
+            "; ".join(errors) + ". Saves are atomic, so a killed run does not leave this (look "
+            f"for a full disk or a copy cut short); delete {final} to start this run over"
+        )
     model.load_state_dict(data["model"])
     optimizer.load_state_dict(data["optimizer"])
     if scheduler is not None and data["scheduler"] is not None:

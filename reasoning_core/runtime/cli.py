@@ -2,6 +2,11 @@
 
 Subcommands are imported lazily so that ``rrl summary`` does not pay for importing vLLM.
 Each target module exposes ``main(argv: list[str]) -> int``.
+
+Errors in what the user gave (a setting, a data file, a damaged saved state) that reach this
+level are printed as ``rrl <command>: <message>`` (the message names the file, line or
+setting) with exit status 2, not as a traceback; anything else is a bug and keeps its
+traceback.
 """
 
 from __future__ import annotations
@@ -38,7 +43,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module = importlib.import_module(SUBCOMMANDS[name][0])
     entry = getattr(module, "main_" + name.replace("-", "_"), None) or module.main
-    return int(entry(rest) or 0)
+    try:
+        return int(entry(rest) or 0)
+    except _user_errors() as exc:
+        print(f"rrl {name}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    """Exceptions whose message is written for the user (see the module docstring)."""
+    from envs.base import DataError
+    from reasoning_core.runtime.checkpoint import StateError
+    from reasoning_core.runtime.config import ConfigError
+
+    return (ConfigError, DataError, StateError)
 
 
 if __name__ == "__main__":
