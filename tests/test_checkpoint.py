@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import save_file
 
 from reasoning_core.runtime.checkpoint import (
@@ -166,3 +167,35 @@ def test_rrl_sft_refuses_a_damaged_state_with_one_message(tmp_path, capsys):
     assert f"rrl sft: {out / 'state' / STATE_FILE}: unreadable" in err
     assert "Traceback" not in err
     assert not (out / "done.json").exists()
+
+
+def test_resume_refuses_a_state_saved_under_other_settings(tmp_path):
+    """A killed run restarted with changed settings (by hand, or by Snakemake after the
+    method file changed) must not continue the old state under the new config.yaml: the
+    steps before and after would silently come from two different experiments."""
+    from tiny_model import save_tiny_model
+
+    from reasoning_core.runtime.sft import SFTConfig
+    from reasoning_core.runtime.trainer_common import RunContext
+
+    folder = save_tiny_model(tmp_path / "m")
+    cfg = SFTConfig(model_path=str(folder), task="arithmetic", batch_size=8, lr=1e-3)
+    out = tmp_path / "run"
+    run = RunContext(cfg, out, "sft")
+    model, opt, sched = _objects()
+    run.save_state(model, opt, sched, opt_step=2)
+    run.metrics.close()
+
+    # Placement settings may change on a resume; they do not change what is computed.
+    moved = SFTConfig(**{**vars(cfg), "device": "cpu", "num_threads": 2, "progress": False})
+    RunContext(moved, out, "sft").metrics.close()
+
+    changed = SFTConfig(**{**vars(cfg), "batch_size": 4, "lr": 3e-3})
+    with pytest.raises(ConfigError) as info:
+        RunContext(changed, out, "sft")
+    message = str(info.value)
+    assert message.startswith(f"{out / 'state'} was saved by a run with other settings: ")
+    assert "batch_size 8 -> 4" in message and "lr 0.001 -> 0.003" in message
+    assert "use another --out" in message
+    # Nothing was overwritten: the old settings still describe the saved state.
+    assert yaml.safe_load((out / "config.yaml").read_text())["batch_size"] == 8

@@ -213,6 +213,35 @@ def resolve_command(
     return cfg, args
 
 
+def check_same_settings(saved: str | Path, cfg: Any, *, may_change: set[str], what: str) -> None:
+    """Raise :class:`ConfigError` when the resolved ``cfg`` differs from the ``config.yaml`` at
+    ``saved`` in a setting outside ``may_change`` (placement: threads, device, progress bars).
+
+    Used before resuming a run: ``what`` (e.g. the state folder) was saved under ``saved``'s
+    settings, and continuing it under others would mix two experiments in one run folder.
+    Nothing to compare (no file) is not an error."""
+    saved = Path(saved)
+    if not saved.is_file():
+        return
+    try:
+        old = yaml.safe_load(saved.read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{saved}: unreadable ({exc}); it describes {what}") from None
+    data = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(cfg)
+    new = yaml.safe_load(yaml.safe_dump(data, sort_keys=False))  # as save_config writes it
+    changes = [
+        f"{key} {old.get(key)!r} -> {new.get(key)!r}"
+        for key in sorted(set(old) | set(new))
+        if key not in may_change and old.get(key) != new.get(key)
+    ]
+    if changes:
+        raise ConfigError(
+            f"{what} was saved by a run with other settings: {'; '.join(changes)} "
+            f"(saved ones in {saved}). Rerun with those settings to resume it, delete {what} "
+            "to start this run over with the new ones, or use another --out"
+        )
+
+
 def save_config(cfg: Any, out_dir: str | Path) -> Path:
     """Write the resolved configuration as ``config.yaml`` (atomically)."""
     out = Path(out_dir)

@@ -31,11 +31,16 @@ from typing import Any, Literal, NamedTuple, TypeVar
 import numpy as np
 import torch
 
-from reasoning_core.runtime.config import ConfigError, save_config
+from reasoning_core.runtime.config import ConfigError, check_same_settings, save_config
 from reasoning_core.runtime.metrics import MetricsWriter, write_generations, write_json_atomic
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 ENV_EXIT_AFTER = "RRL_EXIT_AFTER_STEP"  # test hook: hard-exit right after this optimizer step
+# Settings a resumed run may change: where and how it runs, not what it computes.
+RESUME_MAY_CHANGE = {
+    "device", "num_threads", "progress", "oom_backoff", "gradient_checkpointing",
+    "attn_implementation", "engine_kwargs", "save_every",
+}  # fmt: skip
 
 
 @dataclass
@@ -642,6 +647,15 @@ class RunContext:
         self.metrics: MetricsWriter | None = None
         if self.done:
             return
+        from reasoning_core.runtime.checkpoint import find_state
+
+        if find_state(self.state_dir) is not None:  # about to resume: same experiment only
+            check_same_settings(
+                self.out / "config.yaml",
+                cfg,
+                may_change=RESUME_MAY_CHANGE,
+                what=str(self.state_dir),
+            )
         save_config(cfg, self.out)
         self.metrics = MetricsWriter(self.out)
         exit_after = os.environ.get(ENV_EXIT_AFTER)
