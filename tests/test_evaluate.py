@@ -91,7 +91,7 @@ def model_dir(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("model") / "m")
 
 
-def test_rrl_eval_writes_run_folder(tmp_path, monkeypatch, examples, model_dir):
+def test_rrl_eval_writes_run_folder(tmp_path, monkeypatch, examples, model_dir, capsys):
     """The command end to end; the engine is scripted so the counts are known."""
     engine = ScriptedEngine(scripted_for(examples))
     monkeypatch.setattr(evaluate, "build_engine", lambda cfg: engine)
@@ -128,9 +128,11 @@ def test_rrl_eval_writes_run_folder(tmp_path, monkeypatch, examples, model_dir):
     assert done["eval_format_reward"] == pytest.approx(4 / 6)
     assert done["eval_examples"] == 6
     assert (out / "config.yaml").is_file()
-    # a finished run is not redone
+    # a finished run is not redone, and says so (its numbers may come from other settings)
+    capsys.readouterr()
     assert evaluate.main([*argv, "--out", str(out)]) == 0
     assert len(engine.calls) == 1
+    assert f"{out} is already complete (done.json)" in capsys.readouterr().err
 
 
 def test_rrl_eval_with_real_hf_engine(tmp_path):
@@ -155,6 +157,35 @@ def test_bad_eval_config_is_named(tmp_path, capsys):
     argv = ["--set", "model_path=x", "--set", "task=chess", "--out", str(tmp_path / "r")]
     assert evaluate.main(argv) == 2
     assert "task" in capsys.readouterr().err
+
+
+def test_interrupted_eval_leaves_nothing_marked_complete_and_reruns(
+    tmp_path, monkeypatch, examples, model_dir
+):
+    """Stopped mid-generation (Ctrl-C; kill -9 stops at the same point or earlier), the run
+    folder holds only config.yaml: no done.json for Snakemake or `rrl summary` to count, no
+    metrics or summary for a plot. The rerun then completes it."""
+    from reasoning_core.runtime.report import find_runs
+
+    class Interrupted(ScriptedEngine):
+        def generate(self, prompts, params):
+            if self.calls:
+                raise KeyboardInterrupt
+            return super().generate(prompts, params)
+
+    out = tmp_path / "results" / "zero_shot"
+    argv = ["--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "limit=6"]
+    argv += ["--set", "batch_size=2", "--out", str(out)]
+    monkeypatch.setattr(evaluate, "build_engine", lambda cfg: Interrupted(scripted_for(examples)))
+    with pytest.raises(KeyboardInterrupt):
+        evaluate.main(argv)
+    assert sorted(p.name for p in out.iterdir()) == ["config.yaml"]
+    assert find_runs(tmp_path / "results") == []
+    engine = ScriptedEngine(scripted_for(examples))
+    monkeypatch.setattr(evaluate, "build_engine", lambda cfg: engine)
+    assert evaluate.main(argv) == 0
+    assert json.loads((out / "done.json").read_text())["eval_examples"] == 6
+    assert find_runs(tmp_path / "results") == [out]
 
 
 def _damage(folder, how):
