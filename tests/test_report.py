@@ -280,3 +280,19 @@ def test_empty_metrics_file_is_named_and_other_runs_still_drawn(tmp_path, capsys
     assert_png(png)
     assert rrl(["plot", "--runs", str(empty), "--out", str(tmp_path / "q.png")]) == 1
     assert "none of ['eval/accuracy'] is logged" in capsys.readouterr().err
+
+
+def test_metrics_reader_leaves_out_a_partial_last_line_and_names_damage(tmp_path):
+    from reasoning_core.runtime.metrics import MetricsWriter
+    from reasoning_core.runtime.metrics import read_metrics as read_complete
+
+    with MetricsWriter(tmp_path) as w:
+        w.log({"loss": 1.0}, step=1, split="train")
+        w.log({"accuracy": 0.5}, step=1, split="eval")
+    path = tmp_path / "metrics.jsonl"
+    with path.open("a") as f:
+        f.write('{"step": 2, "spl')  # killed mid-write
+    assert [r["split"] for r in read_complete(tmp_path)] == ["train", "eval"]
+    path.write_text(path.read_text().replace('"eval"', '"ev'))
+    with pytest.raises(ValueError, match=rf"^{path}:2: not valid JSON"):
+        read_complete(path)

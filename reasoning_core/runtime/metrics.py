@@ -74,14 +74,21 @@ class MetricsWriter:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """All complete lines of a ``metrics.jsonl`` (or of ``<run>/metrics.jsonl``)."""
+    """All complete lines of a ``metrics.jsonl`` (or of ``<run>/metrics.jsonl``): a last line
+    without its newline (a process killed mid-write) is left out; a damaged line elsewhere
+    raises ``ValueError`` naming the file and line."""
     path = Path(path)
     if path.is_dir():
         path = path / "metrics.jsonl"
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")[:-1]  # the part after the last newline is not a complete line
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for lineno, line in enumerate(lines, start=1):
         if line.strip():
-            out.append(json.loads(line))
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
     return out
 
 
