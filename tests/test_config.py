@@ -75,3 +75,19 @@ def test_unknown_key_and_wrong_type_name_file_and_setting(line, needle, tmp_path
     rc, err = run_eval(["--config", str(path), "--out", str(tmp_path / "r")], capsys)
     assert rc == 2
     assert str(path) in err and needle in err, err
+
+
+def test_empty_or_malformed_section(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("eval:\n#  limit: 3\nsft:\n  lr: 1\n")
+    assert load_yaml(path, "eval") == {}  # all its settings commented out
+    assert load_yaml(path, "sft") == {"lr": 1}
+    path.write_text("eval: 3\n")
+    with pytest.raises(ConfigError, match=rf"^{path}: section 'eval' must be a mapping"):
+        load_yaml(path, "eval")
+
+
+def test_out_naming_a_file_is_refused(tmp_path, capsys):
+    (tmp_path / "f").write_text("")
+    rc, err = run_eval(["--set", "model_path=x", "--out", str(tmp_path / "f")], capsys)
+    assert rc == 2 and err.startswith(f"rrl eval: --out {tmp_path / 'f'} is a file")

@@ -40,8 +40,15 @@ def load_yaml(path: str | Path, section: str | None = None) -> dict[str, Any]:
         raise ConfigError(f"{path}:{yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at top level, got {type(data).__name__}")
-    if section is not None and isinstance(data.get(section), dict):
-        return dict(data[section])
+    if section is not None and section in data:
+        part = data[section]
+        if part is None:  # a section whose settings are all commented out
+            return {}
+        if not isinstance(part, dict):
+            raise ConfigError(
+                f"{path}: section {section!r} must be a mapping of settings, got {part!r}"
+            )
+        return dict(part)
     return data
 
 
@@ -206,6 +213,8 @@ def resolve_command(
     then exits 2, before any work."""
     args = parse_run_args(list(sys.argv[1:] if argv is None else argv), description)
     try:
+        if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+            raise ConfigError(f"--out {args.out} is a file; it must name a folder for the run")
         cfg = resolve(cls, args, section)
     except ConfigError as exc:
         print(f"rrl {section}: {exc}", file=sys.stderr)
