@@ -199,3 +199,9 @@ def test_resume_refuses_a_state_saved_under_other_settings(tmp_path):
     assert "use another --out" in message
     # Nothing was overwritten: the old settings still describe the saved state.
     assert yaml.safe_load((out / "config.yaml").read_text())["batch_size"] == 8
+
+    # A setting the saved config.yaml lacks (written before the setting existed) is no change.
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    del saved["normalize_constant"]
+    (out / "config.yaml").write_text(yaml.safe_dump(saved))
+    RunContext(moved, out, "sft").metrics.close()

@@ -228,7 +228,8 @@ def check_same_settings(saved: str | Path, cfg: Any, *, may_change: set[str], wh
 
     Used before resuming a run: ``what`` (e.g. the state folder) was saved under ``saved``'s
     settings, and continuing it under others would mix two experiments in one run folder.
-    Nothing to compare (no file) is not an error."""
+    Nothing to compare (no file) is not an error, nor is a setting only one side has (saved by
+    an older or newer version)."""
     saved = Path(saved)
     if not saved.is_file():
         return
@@ -238,10 +239,12 @@ def check_same_settings(saved: str | Path, cfg: Any, *, may_change: set[str], wh
         raise ConfigError(f"{saved}: unreadable ({exc}); it describes {what}") from None
     data = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(cfg)
     new = yaml.safe_load(yaml.safe_dump(data, sort_keys=False))  # as save_config writes it
+    # Only settings both sides know: one that a newer version added (or an older one had) says
+    # nothing about this experiment.
     changes = [
-        f"{key} {old.get(key)!r} -> {new.get(key)!r}"
-        for key in sorted(set(old) | set(new))
-        if key not in may_change and old.get(key) != new.get(key)
+        f"{key} {old[key]!r} -> {new[key]!r}"
+        for key in sorted(set(old) & set(new))
+        if key not in may_change and old[key] != new[key]
     ]
     if changes:
         raise ConfigError(
