@@ -579,6 +579,7 @@ class Evaluator:
             self.cfg.template,
             self.params,
             batch_size=self.cfg.eval_batch_size,
+            progress=self.cfg.progress,  # a full MATH eval takes minutes even on a GPU
         )
         model.train(was_training)
         t2 = time.perf_counter()
