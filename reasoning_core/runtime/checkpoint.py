@@ -111,8 +111,12 @@ def save_checkpoint(model, tokenizer, path: str | Path) -> Path:
 
 
 # Files from which AutoTokenizer builds a real tokenizer (fast JSON, SentencePiece, BPE, WordPiece).
-TOKENIZER_FILES = (("tokenizer.json",), ("tokenizer.model",), ("vocab.json", "merges.txt"))
-TOKENIZER_FILES += (("vocab.txt",),)
+TOKENIZER_FILES = (
+    ("tokenizer.json",),
+    ("tokenizer.model",),
+    ("vocab.json", "merges.txt"),
+    ("vocab.txt",),
+)
 
 
 def _read_json_file(path: Path, what: str) -> Any:
@@ -229,14 +233,18 @@ def save_state(
     return final
 
 
-def find_state(path: str | Path) -> Path | None:
-    """The state folder to resume from, or None. Falls back to ``<path>.old`` when a process
-    died between the two renames of :func:`save_state`."""
+def _state_candidates(path: str | Path) -> list[Path]:
+    """The state folders present, in the order to try: ``path``, then ``<path>.old`` (left
+    when a process died between the two renames of :func:`save_state`)."""
     final = Path(path)
-    for candidate in (final, final.with_name(final.name + ".old")):
-        if (candidate / STATE_FILE).is_file():
-            return candidate
-    return None
+    candidates = (final, final.with_name(final.name + ".old"))
+    return [c for c in candidates if (c / STATE_FILE).is_file()]
+
+
+def find_state(path: str | Path) -> Path | None:
+    """The state folder to resume from, or None (see :func:`_state_candidates`)."""
+    candidates = _state_candidates(path)
+    return candidates[0] if candidates else None
 
 
 def load_state(
@@ -250,8 +258,7 @@ def load_state(
     """Load a state saved by :func:`save_state` into the given objects; return its counters
     (None when there is no state to resume from)."""
     final = Path(path)
-    candidates = [final, final.with_name(final.name + ".old")]  # see find_state
-    candidates = [c for c in candidates if (c / STATE_FILE).is_file()]
+    candidates = _state_candidates(final)
     if not candidates:
         return None
     data, errors = None, []

@@ -48,6 +48,7 @@ from reasoning_core.runtime.trainer_common import (
     step_rng,
     step_seed,
     tokenize_pairs,
+    with_micro_batch,
 )
 
 RATIO_LOSSES = ("grpo_clip", "grpo_no_clip")
@@ -181,9 +182,7 @@ def compute_old_log_probs(
             old[micro["rows"], : lp.shape[1]] = lp.float().cpu()
         return old
 
-    if isinstance(micro_batch_size, MicroBatchSize):
-        return micro_batch_size.call(score)
-    return score(micro_batch_size)
+    return with_micro_batch(micro_batch_size, score)
 
 
 def accumulate_gradients(

@@ -382,6 +382,16 @@ class MicroBatchSize:
             )
 
 
+def with_micro_batch(
+    size: int | MicroBatchSize, fn: Callable[[int], T], *, reset: Callable[[], None] | None = None
+) -> T:
+    """``fn(size)`` for a plain size; through :meth:`MicroBatchSize.call` (out-of-memory
+    back-off) for a :class:`MicroBatchSize`."""
+    if isinstance(size, MicroBatchSize):
+        return size.call(fn, reset=reset)
+    return fn(size)
+
+
 def policy_log_probs(model, micro: dict, device: torch.device, *, with_entropy: bool = True):
     """Log-probs (and token entropy) of ``micro``'s labels under ``model``, on ``device``."""
     from reasoning_core import get_response_log_probs
@@ -445,11 +455,8 @@ def sft_update(
             ent_sum, ent_count = ent_sum + s, ent_count + c
         return total_loss, ent_sum, ent_count
 
-    if isinstance(micro_batch_size, MicroBatchSize):
-        reset = lambda: optimizer.zero_grad(set_to_none=True)  # noqa: E731
-        total_loss, ent_sum, ent_count = micro_batch_size.call(accumulate, reset=reset)
-    else:
-        total_loss, ent_sum, ent_count = accumulate(micro_batch_size)
+    reset = lambda: optimizer.zero_grad(set_to_none=True)  # noqa: E731
+    total_loss, ent_sum, ent_count = with_micro_batch(micro_batch_size, accumulate, reset=reset)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
     optimizer.step()
     scheduler.step()
@@ -481,10 +488,7 @@ def response_entropy(
         return total, count
 
     try:
-        if isinstance(micro_batch_size, MicroBatchSize):
-            total, count = micro_batch_size.call(score)
-        else:
-            total, count = score(micro_batch_size)
+        total, count = with_micro_batch(micro_batch_size, score)
     finally:
         model.train(was_training)
     return total / max(1, count)
