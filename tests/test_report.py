@@ -296,3 +296,29 @@ def test_metrics_reader_leaves_out_a_partial_last_line_and_names_damage(tmp_path
     path.write_text(path.read_text().replace('"eval"', '"ev'))
     with pytest.raises(ValueError, match=rf"^{path}:2: not valid JSON"):
         read_complete(path)
+    path.write_bytes(b'{"step": 1, "split": "train"}\n[1, 2]\n')
+    with pytest.raises(ValueError, match=rf"^{path}:2: not a JSON object"):
+        read_complete(path)
+    path.write_bytes(b'{"step": 1, "split": "train"}\n{"note": "\xff"}\n')
+    with pytest.raises(ValueError, match=rf"^{path}:2: not UTF-8 text"):
+        read_complete(path)
+    with pytest.raises(ValueError, match="damaged must be"):
+        read_complete(path, damaged="ignore")
+
+
+def test_plot_and_summary_read_metrics_as_the_trainers_do(tmp_path, capsys):
+    """One reader serves both: the figures' reader skips what the strict one names, with the
+    same FILE:LINE, and leaves out a last line without its newline even when it is whole."""
+    from reasoning_core.runtime.metrics import read_metrics as read_complete
+    from reasoning_core.runtime.report import read_metrics as read_for_figures
+
+    path = tmp_path / "metrics.jsonl"
+    good = b'{"step": 1, "split": "train", "loss": 1.0}\n'
+    path.write_bytes(good + b'{"note": "\xff"}\n' + good + b'{"step": 2, "split": "eval"}')
+    assert read_for_figures(tmp_path) == [json.loads(good)] * 2
+    assert f"warning: {path}:2: skipped (not UTF-8 text)" in capsys.readouterr().err
+    assert read_for_figures(tmp_path, warn=False) == [json.loads(good)] * 2
+    assert capsys.readouterr().err == ""
+    with pytest.raises(ValueError, match=rf"^{path}:2: not UTF-8 text"):
+        read_complete(tmp_path)
+    assert read_for_figures(tmp_path / "absent") == []

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -73,23 +74,38 @@ class MetricsWriter:
         self.close()
 
 
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """All complete lines of a ``metrics.jsonl`` (or of ``<run>/metrics.jsonl``): a last line
-    without its newline (a process killed mid-write) is left out; a damaged line elsewhere
-    raises ``ValueError`` naming the file and line."""
+def read_metrics(path: str | Path, *, damaged: str = "raise") -> list[dict[str, Any]]:
+    """The records of a ``metrics.jsonl`` (or of ``<run>/metrics.jsonl``).
+
+    The part after the last newline is never a record: it is what a process killed mid-write
+    leaves (a resumed run truncates it away), so it is left out silently. Any other line that
+    is not a UTF-8 JSON object is damage, named ``FILE:LINE`` and handled by ``damaged``:
+    ``"raise"`` raises ``ValueError``, ``"warn"`` skips it with a warning on stderr (the
+    figures and the summary keep going over one bad line), ``"skip"`` skips it silently."""
+    if damaged not in ("raise", "warn", "skip"):
+        raise ValueError(f"damaged must be 'raise', 'warn' or 'skip', got {damaged!r}")
     path = Path(path)
     if path.is_dir():
         path = path / "metrics.jsonl"
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")[:-1]  # the part after the last newline is not a complete line
-    out = []
+    lines = path.read_bytes().split(b"\n")[:-1]
+    records = []
     for lineno, line in enumerate(lines, start=1):
-        if line.strip():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-    return out
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line.decode("utf-8"))
+            problem, detail = (None, "") if isinstance(record, dict) else ("not a JSON object", "")
+        except UnicodeDecodeError:
+            problem, detail = "not UTF-8 text", ""
+        except json.JSONDecodeError as exc:
+            problem, detail = "not valid JSON", f" ({exc.msg})"
+        if problem is None:
+            records.append(record)
+        elif damaged == "raise":
+            raise ValueError(f"{path}:{lineno}: {problem}{detail}")
+        elif damaged == "warn":
+            print(f"warning: {path}:{lineno}: skipped ({problem})", file=sys.stderr)
+    return records
 
 
 def without_time(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

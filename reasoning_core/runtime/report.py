@@ -31,6 +31,8 @@ from typing import Any
 
 import yaml
 
+from reasoning_core.runtime import metrics as run_metrics
+
 SUMMARY_METRICS = ("eval_accuracy", "eval_format_reward", "eval_examples", "wall_seconds")
 X_LABELS = {"step": "optimizer step", "time/elapsed": "wall-clock time (s)"}
 
@@ -39,33 +41,13 @@ X_LABELS = {"step": "optimizer step", "time/elapsed": "wall-clock time (s)"}
 
 
 def read_metrics(run: str | Path, *, warn: bool = True) -> list[dict[str, Any]]:
-    """The records of ``run/metrics.jsonl``.
-
-    A run killed mid-write leaves at most a partial last line (one without its newline): it is
-    skipped silently. Any other line that is not a JSON object is skipped with a warning on
-    stderr (unless ``warn`` is off) naming the file and line, so damage elsewhere does not pass
-    unnoticed."""
+    """The records of ``run/metrics.jsonl`` ([] when it is absent). A killed run's partial last
+    line is left out silently; any other damaged line is skipped, with a warning on stderr
+    naming the file and line unless ``warn`` is off (see :func:`reasoning_core.runtime.metrics.read_metrics`)."""
     path = Path(run) / "metrics.jsonl"
     if not path.is_file():
         return []
-    records = []
-    text = path.read_text(encoding="utf-8", errors="replace")
-    lines = text.split("\n")
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            if warn and lineno < len(lines):  # the last has no newline: a write cut short
-                _warn(f"{path}:{lineno}: skipped (not valid JSON)")
-            continue
-        if not isinstance(record, dict):
-            if warn:
-                _warn(f"{path}:{lineno}: skipped (not a JSON object)")
-            continue
-        records.append(record)
-    return records
+    return run_metrics.read_metrics(path, damaged="warn" if warn else "skip")
 
 
 def _warn(message: str) -> None:
