@@ -141,3 +141,66 @@ def test_compute_group_normalized_rewards_scores_then_normalizes():
 def test_length_mismatch_is_named():
     with pytest.raises(ValueError, match="repeated_ground_truths"):
         compute_group_normalized_rewards(_toy_reward, ["a", "b"], ["a"], 1, 0.0, False)
+
+
+def test_metadata_statistics_by_hand():
+    """Rewards [1, 0, 3, 3] in groups of 2: mean 7/4; squared deviations 0.5625 + 3.0625 +
+    1.5625 + 1.5625 = 6.75, unbiased variance 6.75 / 3 = 2.25, so std 1.5 (biased: 1.299)."""
+    rewards = torch.tensor([1.0, 0.0, 3.0, 3.0])
+    adv, meta = group_normalize(rewards, 2, 0.0, False)
+    assert torch.equal(adv, torch.tensor([0.5, -0.5, 0.0, 0.0]))
+    assert set(meta) >= {
+        "reward_mean",
+        "reward_std",
+        "reward_max",
+        "reward_min",
+        "frac_constant_groups",
+    }
+    torch.testing.assert_close(meta["reward_mean"], torch.tensor(1.75))
+    torch.testing.assert_close(meta["reward_std"], torch.tensor(1.5))
+    assert meta["reward_max"] == 3.0 and meta["reward_min"] == 0.0
+    assert meta["frac_constant_groups"] == 0.5
+
+
+def _length_reward(response, ground_truth):
+    return {
+        "reward": float(len(response)),
+        "format_reward": float(response.startswith("a")),
+        "answer_reward": float(response == ground_truth),
+    }
+
+
+def test_raw_rewards_are_the_reward_key_not_answer_reward():
+    """reward, format_reward and answer_reward can all differ (a partial format credit); the
+    advantages come from "reward" and each mean from its own key."""
+    adv, raw, meta = compute_group_normalized_rewards(
+        reward_fn=_length_reward,
+        rollout_responses=["a", "bbb", "cc", "aa"],
+        repeated_ground_truths=["x", "x", "cc", "cc"],
+        group_size=2,
+        advantage_eps=1e-6,
+        normalize_by_std=False,
+    )
+    assert torch.equal(raw, torch.tensor([1.0, 3.0, 2.0, 2.0]))
+    assert torch.equal(adv, torch.tensor([-1.0, 1.0, 0.0, 0.0]))
+    torch.testing.assert_close(meta["reward"], torch.tensor(2.0))
+    torch.testing.assert_close(meta["format_reward"], torch.tensor(0.5))
+    torch.testing.assert_close(meta["answer_reward"], torch.tensor(0.25))
+    torch.testing.assert_close(meta["reward_mean"], torch.tensor(2.0))
+    assert meta["reward_max"] == 3.0 and meta["reward_min"] == 1.0
+
+
+def test_compute_group_normalized_rewards_passes_eps_and_std_on():
+    """Rewards [1, 3] have std sqrt(2); with eps = 1 the advantages are -+1 / (sqrt(2) + 1) =
+    -+(sqrt(2) - 1). The constant group [2, 2] stays 0."""
+    adv, raw, _ = compute_group_normalized_rewards(
+        reward_fn=_length_reward,
+        rollout_responses=["a", "bbb", "cc", "aa"],
+        repeated_ground_truths=["x"] * 4,
+        group_size=2,
+        advantage_eps=1.0,
+        normalize_by_std=True,
+    )
+    assert torch.equal(raw, torch.tensor([1.0, 3.0, 2.0, 2.0]))
+    root = 2**0.5 - 1
+    torch.testing.assert_close(adv, torch.tensor([-root, root, 0.0, 0.0]))

@@ -2,6 +2,7 @@
 bounded entropies, bf16 input, O(B*T) saved state, torch.func, and a tiny Qwen2 model."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -9,6 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.autograd import gradcheck
 from torch.func import grad, vmap
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from reasoning_core import compute_entropy, get_response_log_probs, log_probs_from_logits
 
@@ -257,3 +260,42 @@ def test_get_response_log_probs_on_a_tiny_qwen2(tiny_qwen2, dtype):
     finally:
         model.zero_grad()
         model.float()
+
+
+class _LargestFloat32(TorchDispatchMode):
+    """Records the largest float32 tensor any aten op produces (forward and backward)."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.dtype == torch.float32:
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+@pytest.mark.parametrize("via_model", [False, True])
+def test_chunk_size_bounds_the_float32_temporaries(via_model):
+    """chunk_size counts tokens over all leading dimensions: with bf16 logits (B, T, V) =
+    (4, 8, 50) and chunk_size 8, no float32 temporary exceeds 8 * V elements (a whole-tensor
+    float32 copy would be 32 * V), also when get_response_log_probs passes chunk_size on."""
+    batch, seq, vocab, chunk = 4, 8, 50, 8
+    gen = torch.Generator().manual_seed(2)
+    z = torch.randn(batch, seq, vocab, generator=gen).bfloat16().requires_grad_(True)
+    y = torch.randint(0, vocab, (batch, seq), generator=gen)
+    mode = _LargestFloat32()
+    with mode:
+        if via_model:
+
+            def model(input_ids):
+                return SimpleNamespace(logits=z)
+
+            out = get_response_log_probs(model, y, y, return_token_entropy=True, chunk_size=chunk)
+        else:
+            out = log_probs_from_logits(z, y, chunk_size=chunk, return_entropy=True)
+        (out["log_probs"].sum() + out["token_entropy"].sum()).backward()
+    assert z.grad is not None and torch.isfinite(z.grad.float()).all()
+    assert 0 < mode.largest <= chunk * vocab

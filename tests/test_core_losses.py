@@ -166,6 +166,11 @@ def test_length_norm_errors():
         grpo_loss(**args, length_norm="masked_normalize")
     with pytest.raises(ValueError, match="gradient_accumulation_steps"):
         sft_microbatch_train_step(torch.zeros(2, 3, requires_grad=True), torch.ones(2, 3), 0)
+    with pytest.raises(ValueError, match="gradient_accumulation_steps"):
+        grpo_microbatch_train_step(
+            **{**args, "policy_log_probs": torch.zeros(2, 3, requires_grad=True)},
+            gradient_accumulation_steps=0,
+        )
 
 
 def _worked_example():
@@ -397,3 +402,69 @@ def test_metadata_clip_fraction_counts_response_tokens(b):
     _, clip_meta = compute_grpo_clip_loss(b["adv"], b["log_probs"], b["old"], 0.1)
     expected = clip_meta["clipped"][b["mask"]].double().mean()
     torch.testing.assert_close(meta["clip_fraction"], expected)
+
+
+def test_dispatch_uses_the_signal_its_loss_type_names_when_both_are_given():
+    """Trainers may pass raw_rewards and advantages together; no_baseline must use the raw
+    rewards and the baselined types the advantages."""
+    log_probs = torch.tensor([[-1.0, -2.0], [-0.5, -0.25]])
+    both = {
+        "raw_rewards": torch.tensor([[1.0], [0.0]]),
+        "advantages": torch.tensor([[0.5], [-0.5]]),
+    }
+    nb, _ = compute_policy_gradient_loss(log_probs, "no_baseline", **both)
+    assert torch.equal(nb, torch.tensor([[1.0, 2.0], [0.0, 0.0]]))
+    rb, _ = compute_policy_gradient_loss(log_probs, "reinforce_with_baseline", **both)
+    assert torch.equal(rb, torch.tensor([[0.5, 1.0], [-0.25, -0.125]]))
+
+
+def test_negative_cliprange_is_rejected():
+    with pytest.raises(ValueError, match="cliprange"):
+        compute_grpo_clip_loss(torch.ones(1, 1), torch.zeros(1, 2), torch.zeros(1, 2), -0.1)
+
+
+def _hand_batch():
+    """ratio = [[2, 1, 0.5], [1.1, 1, 1]] against old = 0, mask [[1, 1, 0], [1, 0, 0]],
+    A = [[1], [-1]], eps = 0.2. Only token (0, 0) clips (A > 0 and r = 2 > 1.2; r = 0.5 with
+    A > 0 keeps the smaller unclipped term). Response tokens: (0, 0), (0, 1), (1, 0)."""
+    ratio = torch.tensor([[2.0, 1.0, 0.5], [1.1, 1.0, 1.0]], dtype=torch.float64)
+    return {
+        "policy_log_probs": ratio.log().requires_grad_(True),
+        "response_mask": torch.tensor([[1, 1, 0], [1, 0, 0]]),
+        "advantages": torch.tensor([[1.0], [-1.0]], dtype=torch.float64),
+        "old_log_probs": torch.zeros(2, 3, dtype=torch.float64),
+        "cliprange": 0.2,
+    }
+
+
+def test_grpo_loss_metadata_by_hand():
+    loss, meta = grpo_loss(loss_type="grpo_clip", **_hand_batch())
+    assert set(meta) >= {"per_example_loss", "clip_fraction", "num_response_tokens", "ratio_mean"}
+    # Row 0: -min(2, 1.2) = -1.2 and -1 -> mean -1.1; row 1: -min(-1.1, -1.1) = 1.1.
+    torch.testing.assert_close(meta["per_example_loss"], torch.tensor([-1.1, 1.1]).double())
+    torch.testing.assert_close(loss, torch.tensor(0.0).double())
+    torch.testing.assert_close(meta["clip_fraction"], torch.tensor(1 / 3).double())
+    torch.testing.assert_close(meta["ratio_mean"], torch.tensor(4.1 / 3).double())  # not 6.6 / 6
+    assert meta["num_response_tokens"] == 3
+    assert not any(v.requires_grad for v in meta.values())
+
+    _, meta = grpo_loss(loss_type="grpo_no_clip", **_hand_batch())
+    assert meta["clip_fraction"] == 0  # nothing clips without a clip
+    torch.testing.assert_close(meta["ratio_mean"], torch.tensor(4.1 / 3).double())
+    assert not any(v.requires_grad for v in meta.values())
+
+    _, meta = grpo_loss(loss_type="reinforce_with_baseline", **_hand_batch())
+    assert "ratio_mean" not in meta  # only the ratio losses have a ratio
+    assert meta["clip_fraction"] == 0 and meta["num_response_tokens"] == 3
+
+
+def test_sft_loss_metadata_by_hand():
+    log_probs = torch.tensor([[-1.0, -2.0, -3.0], [-4.0, -5.0, -6.0]], requires_grad=True)
+    mask = torch.tensor([[1, 1, 0], [0, 0, 1]])
+    loss, meta = sft_loss(log_probs, mask, normalize_constant=2.0)
+    assert set(meta) >= {"per_example_loss", "num_response_tokens", "mean_token_nll"}
+    torch.testing.assert_close(meta["per_example_loss"], torch.tensor([1.5, 3.0]))  # (1+2)/2, 6/2
+    torch.testing.assert_close(loss, torch.tensor(2.25))
+    assert meta["num_response_tokens"] == 3
+    torch.testing.assert_close(meta["mean_token_nll"], torch.tensor(3.0))  # (1 + 2 + 6) / 3
+    assert not any(v.requires_grad for v in meta.values())

@@ -112,3 +112,33 @@ def test_bad_inputs_are_named():
 
     with pytest.raises(ValueError, match="pad_token_id"):
         tokenize_prompt_and_output(["a"], ["b"], NoPad())
+
+
+class MergingTokenizer:
+    """Greedy longest match over {"ab": 10, "a": 1, "b": 2, "c": 3}, pad id 99: "a" and "b"
+    tokenized apart are two tokens, "ab" tokenized together is one."""
+
+    pad_token_id = 99
+    vocab = {"ab": 10, "a": 1, "b": 2, "c": 3}
+
+    def __call__(self, texts, add_special_tokens=True):
+        assert add_special_tokens is False
+        rows = []
+        for text in texts:
+            ids, i = [], 0
+            while i < len(text):
+                piece = text[i : i + 2] if text[i : i + 2] in self.vocab else text[i]
+                ids.append(self.vocab[piece])
+                i += len(piece)
+            rows.append(ids)
+        return {"input_ids": rows}
+
+
+def test_prompt_and_output_are_tokenized_apart_and_padded_with_the_pad_id():
+    """Hand-computed: "ca" + "b" is [3, 1] + [2] (never the merged "ab" = 10 of "cab"), and the
+    shorter row is padded with pad_token_id 99, not with 0."""
+    out = tokenize_prompt_and_output(["ca", "c"], ["b", "abcc"], MergingTokenizer())
+    # ids: [[3, 1, 2, 99], [3, 10, 3, 3]]; input_ids drops the last column, labels the first.
+    assert out["input_ids"].tolist() == [[3, 1, 2], [3, 10, 3]]
+    assert out["labels"].tolist() == [[1, 2, 99], [10, 3, 3]]
+    assert out["response_mask"].tolist() == [[False, True, False], [True, True, True]]
