@@ -96,7 +96,8 @@ def compute_grpo_clip_loss(
     Args:
         advantages: ``(B, 1)``.
         policy_log_probs: ``(B, T)`` under the policy being trained.
-        old_log_probs: ``(B, T)`` under the policy that sampled (no gradient flows here).
+        old_log_probs: ``(B, T)`` under the policy that sampled; a constant (detached here,
+            so the policy's own log-probs may be passed for an on-policy step).
         cliprange: ``epsilon``, e.g. 0.2.
 
     Returns:
@@ -105,7 +106,7 @@ def compute_grpo_clip_loss(
     _check_column("advantages", advantages, policy_log_probs)
     if cliprange < 0:
         raise ValueError(f"cliprange must be >= 0, got {cliprange}")
-    ratio = torch.exp(policy_log_probs - old_log_probs)
+    ratio = torch.exp(policy_log_probs - old_log_probs.detach())
     unclipped = ratio * advantages
     clipped = torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange) * advantages
     loss = -torch.minimum(unclipped, clipped)
@@ -123,13 +124,14 @@ def compute_grpo_no_clip_loss(
 
     The importance-weighted policy gradient without PPO's trust region: it equals the
     REINFORCE gradient when ``policy == old`` and lets off-policy steps move freely
-    otherwise (the handout's GRPO-No-Clip ablation).
+    otherwise (the handout's GRPO-No-Clip ablation). ``old_log_probs`` is detached, as in
+    :func:`compute_grpo_clip_loss`.
 
     Returns:
         ``(loss (B, T), metadata)`` with ``clipped`` (all False) and ``ratio``.
     """
     _check_column("advantages", advantages, policy_log_probs)
-    ratio = torch.exp(policy_log_probs - old_log_probs)
+    ratio = torch.exp(policy_log_probs - old_log_probs.detach())
     loss = -ratio * advantages
     metadata = {"clipped": torch.zeros_like(ratio, dtype=torch.bool), "ratio": ratio.detach()}
     return loss, metadata

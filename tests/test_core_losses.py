@@ -468,3 +468,24 @@ def test_sft_loss_metadata_by_hand():
     assert meta["num_response_tokens"] == 3
     torch.testing.assert_close(meta["mean_token_nll"], torch.tensor(3.0))  # (1 + 2 + 6) / 3
     assert not any(v.requires_grad for v in meta.values())
+
+
+@pytest.mark.parametrize("loss_type", ["grpo_clip", "grpo_no_clip"])
+def test_no_gradient_flows_through_old_log_probs(loss_type):
+    """old_log_probs are constants (the sampling policy's), as the docstring says: passing the
+    policy's own log-probs without .detach() (an on-policy step) gives REINFORCE's gradient -A
+    (at r = 1), not 0 from r = exp(lp - lp), and a separate old tensor gets no gradient."""
+    policy = torch.tensor([[-1.0, -2.0], [-0.5, -3.0]], requires_grad=True)
+    adv = torch.tensor([[1.0], [-2.0]])
+    loss, _ = compute_policy_gradient_loss(
+        policy, loss_type, advantages=adv, old_log_probs=policy, cliprange=0.2
+    )
+    (g,) = torch.autograd.grad(loss.sum(), policy)
+    assert torch.equal(g, -adv.expand(2, 2))
+
+    old = (policy.detach() + 0.1).requires_grad_(True)
+    loss, _ = compute_policy_gradient_loss(
+        policy, loss_type, advantages=adv, old_log_probs=old, cliprange=0.2
+    )
+    loss.sum().backward()
+    assert old.grad is None and policy.grad is not None
