@@ -438,6 +438,9 @@ def test_grpo_backs_off_on_out_of_memory_to_the_same_first_update(formatted, tmp
     # Reference: micro batch 2 from the start (train batch 8, accumulation 4); grpo_clip, so
     # the no-gradient old-log-prob pass (micro batch 4) backs off too, to 2.
     cfg = {**GRPO, "n_grpo_steps": 2, "eval_at_start": False, "eval_every": 0, "save_every": 0}
+    # Stand-in rewards (see _fake_grade): with the real grader these two steps had reward 0,
+    # hence zero advantages and zero gradients, and the comparison below held for any update.
+    monkeypatch.setattr(grpo, "grade", _fake_grade)
     reference = _run(grpo, {**cfg, "gradient_accumulation_steps": 4}, formatted, tmp_path / "r")
     _oom_above(monkeypatch, max_train_rows=2, max_scoring_rows=2)
     backed = _run(grpo, {**cfg, "gradient_accumulation_steps": 2}, formatted, tmp_path / "oom")
@@ -447,5 +450,352 @@ def test_grpo_backs_off_on_out_of_memory_to_the_same_first_update(formatted, tmp
     # The first update comes from the same rollouts and weights: the same loss and gradient.
     # (Later rollouts may differ in the last bits, so only the first is compared.)
     first_ref, first_oom = ref_train[0], oom_train[0]
+    assert first_ref["grad_norm"] > 0
     for key in ("loss", "grad_norm", "entropy", "clip_fraction", "reward"):
         assert first_oom[key] == pytest.approx(first_ref[key], rel=1e-4, abs=1e-6), key
+
+
+# ---------------------------------------------------------------------------------------------
+# What each optimizer step computes, checked against the run's own rollouts. Rewards come from
+# a stand-in grader (a function of the response text) so that every run, even from the barely
+# trained micro world, has groups with different rewards and non-binary rewards.
+
+
+def _fake_grade(reward_fn, responses, ground_truths):
+    """reward = answer_reward in {0, 1/3, 2/3, 1} by response length; format_reward 1 also on
+    a share of the zero-reward responses (so 'well formatted' is not 'correct')."""
+    out = []
+    for text in responses:
+        answer = (len(text) % 4) / 3
+        fmt = 1.0 if answer > 0 or len(text) % 8 == 0 else 0.0
+        out.append({"reward": answer, "format_reward": fmt, "answer_reward": answer})
+    return out
+
+
+def _record_rollouts(monkeypatch) -> list[dict]:
+    """Swap in the stand-in grader; return the list that collects each GRPO rollout batch."""
+    seen: list[dict] = []
+    real = grpo.rollout
+
+    def rollout(*args, **kwargs):
+        ro = real(*args, **kwargs)
+        seen.append(ro)
+        return ro
+
+    monkeypatch.setattr(grpo, "grade", _fake_grade)
+    monkeypatch.setattr(grpo, "rollout", rollout)
+    return seen
+
+
+QUIET = {"eval_at_start": False, "eval_every": 0, "save_every": 0, "eval_examples": 2}
+
+
+def _reference_grpo_step(model_path, ro, cfg) -> tuple[float, float]:
+    """The loss and gradient norm of one optimizer step on a whole rollout batch, computed
+    from scratch: one forward pass, group-normalized advantages by hand, the handout's loss."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from reasoning_core import tokenize_prompt_and_output
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    batch = tokenize_prompt_and_output(ro["prompts"], ro["responses"], tokenizer)
+    logits = model(batch["input_ids"]).logits
+    log_probs = torch.log_softmax(logits.float(), -1).gather(-1, batch["labels"][..., None])[..., 0]
+    mask = batch["response_mask"].float()
+    raw = torch.tensor([s["reward"] for s in ro["scores"]], dtype=torch.float64)
+    groups = raw.view(-1, cfg["group_size"])
+    adv = groups - groups.mean(dim=1, keepdim=True)
+    if cfg.get("use_std_normalization", True):
+        adv = adv / (groups.std(dim=1, keepdim=True) + cfg.get("advantage_eps", 1e-6))
+    adv = torch.where(groups.std(dim=1, keepdim=True) == 0, 0.0, adv).flatten()
+    if cfg["loss_type"] == "no_baseline":
+        adv = raw
+    if cfg["loss_type"] in ("grpo_clip", "grpo_no_clip"):
+        # On the first step the sampling policy is the policy: ratio 1 (inside any clip
+        # range), with the gradient of the log-probs.
+        token_loss = -adv.float()[:, None] * torch.exp(log_probs - log_probs.detach())
+    else:
+        token_loss = -adv.float()[:, None] * log_probs
+    if cfg.get("length_normalization", "masked_mean") == "masked_mean":
+        per_example = (token_loss * mask).sum(1) / mask.sum(1)
+    else:
+        per_example = (token_loss * mask).sum(1) / cfg["normalize_constant"]
+    loss = per_example.mean()
+    loss.backward()
+    grad_norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in model.parameters()))
+    return float(loss.detach()), float(grad_norm)
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"loss_type": "reinforce_with_baseline", "use_std_normalization": True},
+        {
+            "loss_type": "grpo_clip",
+            "use_std_normalization": False,
+            "length_normalization": "masked_normalize",
+            "normalize_constant": 25.0,
+        },
+        {"loss_type": "no_baseline"},
+    ],
+    ids=["std", "no_std-masked_normalize", "no_baseline"],
+)
+def test_grpo_step_matches_a_reference_computation(world, tmp_path, monkeypatch, variant):
+    """The first update's loss and gradient norm equal a from-scratch computation on the same
+    rollouts: advantages by group (of the right rows, normalized or not as configured), the
+    configured loss and length normalization, micro-batch losses averaged (not summed)."""
+    cfg = {
+        **GRPO,
+        **QUIET,
+        "n_grpo_steps": 1,
+        "rollout_batch_size": 8,
+        "train_batch_size": 8,
+        "gradient_accumulation_steps": 4,
+        **variant,
+    }
+    seen = _record_rollouts(monkeypatch)
+    train = _train_lines(_run(grpo, cfg, world, tmp_path / "run"))
+    assert len(train) == 1 and len(seen) == 1
+    rewards = [s["reward"] for s in seen[0]["scores"]]
+    assert train[0]["frac_constant_groups"] < 1 and len(set(rewards)) > 2, rewards
+    loss, grad_norm = _reference_grpo_step(world, seen[0], cfg)
+    assert train[0]["loss"] == pytest.approx(loss, rel=1e-4, abs=1e-6)
+    assert train[0]["grad_norm"] == pytest.approx(grad_norm, rel=1e-4)
+
+
+def _record_calls(monkeypatch, module, name: str) -> list[tuple]:
+    """Wrap ``module.<name>``; return the list of the positional arguments of each call."""
+    calls: list[tuple] = []
+    real = getattr(module, name)
+
+    def wrapper(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, wrapper)
+    return calls
+
+
+def _expected_lrs(cfg: dict, total_steps: int) -> list[float]:
+    from reasoning_core.runtime.trainer_common import lr_factor
+
+    kw = {"total_steps": total_steps, "warmup_steps": cfg["warmup_steps"], "min_ratio": 0.0}
+    return [cfg["lr"] * lr_factor(s, kind=cfg["lr_scheduler"], **kw) for s in range(total_steps)]
+
+
+def test_grpo_epochs_reuse_the_sampling_policy_log_probs(world, tmp_path, monkeypatch):
+    """Two epochs over a rollout batch of two train batches: four optimizer steps, each epoch
+    visiting every rollout once; the old log-probs are those of the sampling policy (computed
+    once), so the first step is exactly on-policy (nothing clipped) and the later steps, after
+    the policy moved, clip; the learning rate follows the warm-up and decay schedule."""
+    cfg = {
+        **GRPO,
+        **QUIET,
+        "n_grpo_steps": 1,
+        "epochs_per_rollout_batch": 2,
+        "loss_type": "grpo_clip",
+        "cliprange": 0.01,
+        "lr_scheduler": "linear",
+        "warmup_steps": 1,
+    }
+    _record_rollouts(monkeypatch)
+    calls: list[list[int]] = []
+    real = grpo.accumulate_gradients
+
+    def accumulate(size, **kw):
+        calls.append(sorted(kw["rows"].tolist()))
+        return real(size, **kw)
+
+    monkeypatch.setattr(grpo, "accumulate_gradients", accumulate)
+    train = _train_lines(_run(grpo, cfg, world, tmp_path / "run"))
+    assert [r["step"] for r in train] == [1, 2, 3, 4]
+    assert len(calls) == 4
+    for epoch in range(2):
+        assert sorted(calls[2 * epoch] + calls[2 * epoch + 1]) == list(range(16)), epoch
+    clip = [r["clip_fraction"] for r in train]
+    assert clip[0] == 0.0 and all(c > 0.0 for c in clip[1:]), clip
+    assert [r["lr"] for r in train] == pytest.approx(_expected_lrs(cfg, 4))
+
+
+def test_sft_epochs_visit_every_example_once_in_a_new_order(world, tmp_path, monkeypatch):
+    """Each epoch trains on every example once, in an order drawn anew per epoch; the learning
+    rate follows the warm-up and cosine schedule."""
+    cfg = {
+        **SFT,
+        **QUIET,
+        "sft_pool_size": 8,
+        "batch_size": 4,
+        "epochs": 2,
+        "lr_scheduler": "cosine",
+        "warmup_steps": 1,
+    }
+    calls = _record_calls(monkeypatch, sft, "sft_update")
+    train = _train_lines(_run(sft, cfg, world, tmp_path / "run"))
+    rows = [list(args[4]) for args in calls]
+    assert [r["epoch"] for r in train] == [0.5, 1.0, 1.5, 2.0]
+    epochs = [rows[0] + rows[1], rows[2] + rows[3]]
+    assert sorted(epochs[0]) == sorted(epochs[1]) == list(range(8))
+    assert epochs[0] != epochs[1]  # reshuffled per epoch
+    assert [r["lr"] for r in train] == pytest.approx(_expected_lrs(cfg, 4))
+
+
+def test_ei_trains_on_the_correct_rollouts_for_every_sft_epoch(world, tmp_path, monkeypatch):
+    """EI keeps exactly the rollouts with reward 1 (not merely well formatted ones) and runs
+    ``sft_epochs`` epochs of SFT over them."""
+    cfg = {**EI, **QUIET, "n_ei_steps": 1, "ei_batch_size": 8, "sft_epochs": 2}
+    graded: list[tuple[list[str], list[dict]]] = []
+
+    def grade(reward_fn, responses, ground_truths):
+        scores = _fake_grade(reward_fn, responses, ground_truths)
+        graded.append((list(responses), scores))
+        return scores
+
+    monkeypatch.setattr(ei, "grade", grade)
+    tokenized = _record_calls(monkeypatch, ei, "tokenize_pairs")
+    updates = _record_calls(monkeypatch, ei, "sft_update")
+    train = _train_lines(_run(ei, cfg, world, tmp_path / "run"))
+    ((responses, scores),) = graded
+    correct = [r for r, s in zip(responses, scores, strict=True) if s["reward"] >= 1.0]
+    formatted_only = [s for s in scores if s["format_reward"] >= 1.0 and s["reward"] < 1.0]
+    assert correct and formatted_only  # the stand-in grader tells the two apart here
+    assert train[0]["kept"] == len(correct)
+    assert tokenized[-1][1] == correct  # the SFT batch: the correct responses, in order
+    steps_per_epoch = -(-len(correct) // cfg["batch_size"])
+    assert len(updates) == len([r for r in train if "loss" in r]) == 2 * steps_per_epoch
+    for epoch in range(2):
+        rows = [
+            i
+            for args in updates[epoch * steps_per_epoch : (epoch + 1) * steps_per_epoch]
+            for i in args[4]
+        ]
+        assert sorted(rows) == list(range(len(correct))), epoch
+
+
+@pytest.mark.parametrize("module", ["sft", "grpo"])
+def test_an_update_moves_the_weights_by_the_clipped_gradient(world, tmp_path, monkeypatch, module):
+    """With AdamW's epsilon far above every gradient entry its first step is plain gradient
+    descent, ``lr / eps * g``; with ``lr == eps`` the weights move by the gradient after
+    clipping to ``max_grad_norm``."""
+    import torch
+    from safetensors.torch import load_file
+
+    optim = {"lr": 1e4, "adam_eps": 1e4, "max_grad_norm": 0.01}
+    if module == "sft":
+        cfg = {**SFT, **QUIET, "sft_pool_size": 4, **optim}
+    else:
+        monkeypatch.setattr(grpo, "grade", _fake_grade)
+        cfg = {**GRPO, **QUIET, "n_grpo_steps": 1, "rollout_batch_size": 8, **optim}
+    mod = {"sft": sft, "grpo": grpo}[module]
+    (line,) = _train_lines(_run(mod, cfg, world, tmp_path / "run"))
+    assert line["grad_norm"] > 10 * optim["max_grad_norm"]  # so the clipping shows
+    before = load_file(world / "model.safetensors")
+    after = load_file(tmp_path / "run" / "checkpoint" / "model.safetensors")
+    moved = torch.sqrt(sum(((after[k] - before[k]).double() ** 2).sum() for k in before))
+    assert float(moved) == pytest.approx(optim["max_grad_norm"], rel=0.01)
+
+
+class _SeparateWeightsEngine:
+    """An HF engine over its own copy of the policy (as vLLM holds one): it samples from the
+    policy's current weights only if the trainer syncs them. Records whether, at each
+    ``generate``, its weights were the live policy's."""
+
+    def __init__(self, model, tokenizer):
+        import copy
+
+        from reasoning_core.runtime.hf_engine import HFEngine
+
+        self.live = model
+        self.inner = HFEngine(copy.deepcopy(model), tokenizer)
+        self.in_sync: list[bool] = []
+
+    def sync_weights(self, model):
+        self.inner.sync_weights(model)
+
+    def generate(self, prompts, params):
+        import torch
+
+        pairs = zip(self.live.parameters(), self.inner.model.parameters(), strict=True)
+        self.in_sync.append(all(torch.equal(a, b) for a, b in pairs))
+        return self.inner.generate(prompts, params)
+
+
+@pytest.mark.parametrize("module", ["grpo", "ei"])
+def test_rollouts_and_evals_sample_from_the_current_weights(world, tmp_path, monkeypatch, module):
+    from reasoning_core.runtime import trainer_common
+
+    engines: list[_SeparateWeightsEngine] = []
+
+    def make(cfg, model, tokenizer):
+        engines.append(_SeparateWeightsEngine(model, tokenizer))
+        return engines[-1]
+
+    monkeypatch.setattr(trainer_common, "make_rollout_engine", make)
+    mod = {"grpo": grpo, "ei": ei}[module]
+    monkeypatch.setattr(mod, "grade", _fake_grade)
+    # No evaluation between the steps (its weight sync would hide a missing one before a
+    # rollout); one at the start and one at the end.
+    small = {"eval_at_start": True, "eval_every": 0, "save_every": 0, "eval_examples": 2}
+    if module == "grpo":
+        cfg = {**GRPO, **small, "n_grpo_steps": 2, "rollout_batch_size": 8}
+    else:
+        cfg = {**EI, **small, "n_ei_steps": 2, "ei_batch_size": 8}
+    train = _train_lines(_run(mod, cfg, world, tmp_path / "run"))
+    assert any(r.get("grad_norm", 0) > 0 for r in train)  # the weights did change
+    (engine,) = engines
+    # The start eval, two rollouts, the final eval.
+    assert engine.in_sync == [True] * 4
+
+
+@pytest.mark.parametrize("module", ["sft", "grpo"])
+def test_each_update_starts_from_a_zero_gradient(world, tmp_path, monkeypatch, module):
+    """Two epochs over one batch with a negligible learning rate: the second update sees the
+    same gradient as the first (none left over from the first step)."""
+    optim = {"lr": 1e-12, "max_grad_norm": 1e9}
+    if module == "sft":
+        cfg = {**SFT, **QUIET, "sft_pool_size": 4, "epochs": 2, **optim}
+    else:
+        monkeypatch.setattr(grpo, "grade", _fake_grade)
+        cfg = {**GRPO, **QUIET, "n_grpo_steps": 1, "rollout_batch_size": 8}
+        cfg |= {"epochs_per_rollout_batch": 2, "loss_type": "reinforce_with_baseline", **optim}
+    mod = {"sft": sft, "grpo": grpo}[module]
+    first, second = _train_lines(_run(mod, cfg, world, tmp_path / "run"))
+    assert first["grad_norm"] > 0
+    assert second["grad_norm"] == pytest.approx(first["grad_norm"], rel=1e-4)
+
+
+def test_sft_step_matches_a_reference_computation(world, tmp_path, monkeypatch):
+    """The first SFT update's loss and gradient norm equal a from-scratch computation:
+    per-example summed response NLL over ``normalize_constant``, averaged over the batch (the
+    micro-batch losses weighted by their share, not summed)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from reasoning_core import tokenize_prompt_and_output
+
+    cfg = {**SFT, **QUIET, "sft_pool_size": 4, "normalize_constant": 3.0}
+    selected: list[list[dict]] = []
+    real = sft.select_examples
+
+    def select(*args):
+        examples, info = real(*args)
+        selected.append(examples)
+        return examples, info
+
+    monkeypatch.setattr(sft, "select_examples", select)
+    (line,) = _train_lines(_run(sft, cfg, world, tmp_path / "run"))
+    (examples,) = selected
+    model = AutoModelForCausalLM.from_pretrained(world, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(world)
+    batch = tokenize_prompt_and_output(
+        [e["prompt"] for e in examples], [e["response"] for e in examples], tokenizer
+    )
+    logits = model(batch["input_ids"]).logits
+    log_probs = torch.log_softmax(logits, -1).gather(-1, batch["labels"][..., None])[..., 0]
+    nll = -(log_probs * batch["response_mask"]).sum(1) / cfg["normalize_constant"]
+    loss = nll.mean()
+    loss.backward()
+    grad_norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in model.parameters()))
+    assert line["loss"] == pytest.approx(float(loss.detach()), rel=1e-4)
+    assert line["grad_norm"] == pytest.approx(float(grad_norm), rel=1e-4)
