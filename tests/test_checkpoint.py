@@ -4,9 +4,12 @@ must be refused with a message naming the file, never loaded as if it were whole
 from __future__ import annotations
 
 import json
+import os
+import random
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -124,8 +127,11 @@ def test_a_save_killed_midway_leaves_the_last_state_and_its_debris_is_removed(tm
     debris.mkdir()
     (debris / STATE_FILE).write_bytes(b"PK\x03\x04 partial")
     assert find_state(state) == state and _load(state) == {"step": 1}
+    # ...while the temp folder of a process still running (another save) is left alone
+    live = tmp_path / f"state.tmp-{os.getppid()}"
+    live.mkdir()
     _save(state, 2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["state"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state", live.name]
     assert _load(state) == {"step": 2}
 
 
@@ -147,6 +153,56 @@ def test_a_save_failing_after_a_resume_from_old_keeps_a_complete_state(tmp_path,
         _save(state, 2)
     monkeypatch.undo()
     assert _load(state) == {"step": 1}
+
+
+def test_a_save_failing_at_its_last_rename_keeps_the_previous_state(tmp_path, monkeypatch):
+    """Killed between moving the old state aside and moving the new one in, a save leaves the
+    old state as state.old, complete, for the next run to resume from."""
+    state = tmp_path / "state"
+    _save(state, 1)
+    real_rename = Path.rename
+
+    def rename(self, target):
+        if ".tmp-" in self.name:
+            raise OSError("killed here")
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", rename)
+    with pytest.raises(OSError, match="killed here"):
+        _save(state, 2)
+    monkeypatch.undo()
+    assert find_state(state) == tmp_path / "state.old"
+    assert _load(state) == {"step": 1}
+
+
+def test_state_round_trip_restores_model_optimizer_scheduler_and_rng(tmp_path):
+    """What a resumed run continues from: the same weights, Adam moments, learning-rate
+    schedule position and random streams as at the save."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (s + 1))
+    for _ in range(3):
+        model(torch.randn(4, 3)).square().sum().backward()
+        opt.step()
+        opt.zero_grad()
+        sched.step()
+    save_state(tmp_path / "state", model=model, optimizer=opt, scheduler=sched, counters={})
+    draws = (torch.rand(3), np.random.rand(), random.random())
+
+    fresh = torch.nn.Linear(3, 2)
+    fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=0.1)
+    fresh_sched = torch.optim.lr_scheduler.LambdaLR(fresh_opt, lambda s: 1.0 / (s + 1))
+    load_state(tmp_path / "state", model=fresh, optimizer=fresh_opt, scheduler=fresh_sched)
+    assert (torch.rand(3).tolist(), np.random.rand(), random.random()) == (
+        draws[0].tolist(),
+        draws[1],
+        draws[2],
+    )
+    torch.testing.assert_close(fresh.state_dict(), model.state_dict())
+    torch.testing.assert_close(fresh_opt.state_dict()["state"], opt.state_dict()["state"])
+    assert fresh_sched.last_epoch == 3
+    assert fresh_opt.param_groups[0]["lr"] == pytest.approx(0.1 / 4)
 
 
 def test_rrl_sft_refuses_a_damaged_state_with_one_message(tmp_path, capsys):

@@ -7,10 +7,21 @@ any model is loaded.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, field
+
 import pytest
 
 from reasoning_core.runtime import cli
-from reasoning_core.runtime.config import ConfigError, load_yaml, parse_overrides
+from reasoning_core.runtime.config import (
+    ConfigError,
+    check_same_settings,
+    load_yaml,
+    parse_overrides,
+    parse_run_args,
+    resolve,
+    save_config,
+)
 
 
 def run_eval(argv, capsys) -> tuple[int, str]:
@@ -52,12 +63,53 @@ def test_unparsable_set_value_names_the_override(value, tmp_path, capsys):
 
 
 def test_set_values_are_yaml_typed():
-    assert parse_overrides(["lr=3e-5", "stop=[</answer>]", "path=/a:b", "x="]) == {
+    assert parse_overrides(["lr=3e-5", "stop=[</answer>]", "path=/a:b", "x=", "q=a=b"]) == {
         "lr": "3e-5",  # YAML 1.1 string; build_config reads it as a float
         "stop": ["</answer>"],
         "path": "/a:b",
         "x": "",
+        "q": "a=b",  # split at the first '=' only
     }
+
+
+@dataclass
+class Settings:
+    model_path: str
+    lr: float = 1e-3
+    limit: int | None = None
+    stop: list[str] = field(default_factory=list)
+
+
+def test_set_overrides_the_config_file_and_values_are_typed(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("run:\n  model_path: m\n  lr: 0.5\n  limit: 3\n")
+    args = parse_run_args(["--config", str(path), "--set", "lr=3e-5", "--out", "o"], "")
+    cfg = resolve(Settings, args, "run")
+    assert cfg == Settings(model_path="m", lr=3e-5, limit=3)
+    assert isinstance(cfg.lr, float)
+
+
+@pytest.mark.parametrize(
+    ("sets", "needle"),
+    [
+        (["model_path=m", "limit=true"], "setting 'limit' must be an integer, got True"),
+        (["lr=1"], "required setting 'model_path' is missing"),
+    ],
+)
+def test_bool_for_an_integer_and_a_missing_required_setting_are_named(sets, needle):
+    args = parse_run_args([a for s in sets for a in ("--set", s)], "", need_out=False)
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        resolve(Settings, args, "run")
+
+
+def test_resume_check_names_a_single_changed_setting(tmp_path):
+    saved = save_config(Settings(model_path="m", stop=["</answer>"]), tmp_path)
+    same = Settings(model_path="m", stop=["</answer>"])
+    changed = Settings(model_path="m", lr=0.5, stop=["</answer>"])
+    check_same_settings(saved, same, may_change=set(), what="state")
+    with pytest.raises(ConfigError, match=r"^state was saved by a run with other settings: lr "):
+        check_same_settings(saved, changed, may_change=set(), what="state")
+    check_same_settings(saved, changed, may_change={"lr"}, what="state")  # may differ
 
 
 @pytest.mark.parametrize(

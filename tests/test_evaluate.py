@@ -267,6 +267,7 @@ def test_log_generations():
         {"reward": 0.0, "format_reward": 0.0, "answer_reward": 0.0},
     ]
     out = evaluate.log_generations(model, tokenizer, prompts, responses, ["3", "4"], rewards)
+    assert not model.training  # the caller's mode is restored (an eval-mode model stays so)
     recs = out["records"]
     assert [r["reward"] for r in recs] == [1.0, 0.0]
     lengths = [len(tokenizer.encode(r, add_special_tokens=False)) for r in responses]
@@ -283,3 +284,64 @@ def test_log_generations():
         ent = -(logits.log_softmax(-1).exp() * logits.log_softmax(-1)).sum(-1).mean()
         assert rec["mean_token_entropy"] == pytest.approx(float(ent), abs=1e-4)
     assert 0.0 < out["mean_token_entropy"] <= float(torch.log(torch.tensor(len(tokenizer))))
+
+
+class TwoSampleEngine(ScriptedEngine):
+    """Per prompt: sample 0 is right and stops after 3 tokens; sample 1 has a wrong answer
+    in 5 tokens, cut at the token limit (``finish_reason`` length) for every other prompt.
+    Token counts differ from text lengths."""
+
+    def generate(self, prompts, params):
+        self.calls.append((list(prompts), params))
+        out = []
+        for i, prompt in enumerate(prompts):
+            truth = self.responses[prompt]
+            good = Completion(f"ok </think> <answer>{truth}</answer>", [1, 2, 3], [0.0] * 3, "stop")
+            why = "length" if i % 2 == 0 else "stop"
+            bad = Completion("no </think> <answer>-1</answer>", [4] * 5, [0.0] * 5, why)
+            out.append([good, bad][: params.n])
+        return out
+
+
+def test_rrl_eval_with_several_samples_per_example(
+    tmp_path, monkeypatch, task, examples, model_dir
+):
+    """n=2: every sample is graded and counted; means are over responses, the example count
+    (done.json, summary) over examples."""
+    truths = {task.format_prompt(ex, "r1_zero"): ex.ground_truth for ex in examples}
+    monkeypatch.setattr(evaluate, "build_engine", lambda cfg: TwoSampleEngine(truths))
+    out = tmp_path / "run"
+    argv = ["--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "limit=6"]
+    assert evaluate.main([*argv, "--set", "n=2", "--out", str(out)]) == 0
+    lines = (out / "generations" / "step_000000.jsonl").read_text().splitlines()
+    records = [json.loads(x) for x in lines]
+    assert [(r["id"], r["sample"]) for r in records] == [
+        (ex.id, j) for ex in examples for j in (0, 1)
+    ]
+    assert [r["response_length"] for r in records] == [3, 5] * 6
+    metrics = json.loads((out / "summary.json").read_text())["metrics"]
+    assert metrics["accuracy"] == pytest.approx(0.5) and metrics["format_reward"] == 1.0
+    assert (metrics["num_examples"], metrics["num_responses"]) == (6, 12)
+    assert (metrics["correct"], metrics["wrong_answer"], metrics["bad_format"]) == (6, 6, 0)
+    assert metrics["response_length"] == pytest.approx(4.0)
+    assert metrics["finish_length_fraction"] == pytest.approx(3 / 12)
+    done = json.loads((out / "done.json").read_text())
+    assert (done["eval_examples"], done["eval_accuracy"]) == (6, pytest.approx(0.5))
+
+
+def test_rerun_after_a_crash_before_done_json_logs_one_eval_line(
+    tmp_path, monkeypatch, examples, model_dir
+):
+    """A run killed after its eval line but before done.json is redone; its metrics.jsonl
+    must then hold only the new line, not the stale one too."""
+    out = tmp_path / "run"
+    out.mkdir()
+    stale = {"step": 0, "split": "eval", "accuracy": 0.99, "num_examples": 6}
+    (out / "metrics.jsonl").write_text(json.dumps(stale) + "\n")
+    monkeypatch.setattr(
+        evaluate, "build_engine", lambda cfg: ScriptedEngine(scripted_for(examples))
+    )
+    argv = ["--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "limit=6"]
+    assert evaluate.main([*argv, "--out", str(out)]) == 0
+    (line,) = (out / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(line)["accuracy"] == pytest.approx(2 / 6)

@@ -76,6 +76,8 @@ def test_series_skips_other_splits_missing_and_non_finite_values():
     ]
     assert report.series(records, "eval/accuracy") == ([0.0, 4.0], [0.1, 0.3])
     assert report.series(records, "eval/accuracy", x="time/elapsed") == ([7.0], [0.3])
+    assert report.last_value(records, "eval/accuracy") == 0.3  # the final bars' value
+    assert report.last_value(records, "eval/reward") is None
     with pytest.raises(ValueError, match="split/key"):
         report.series(records, "accuracy")
 
@@ -226,6 +228,8 @@ def test_summary_falls_back_to_metrics_and_orders_given_runs(tmp_path):
     a = make_run(results / "sft" / "max_examples~128", lr=1e-4, accuracies=[0.1, 0.35])
     b = make_run(results / "base", lr=1e-3, accuracies=[0.05])
     (a / "done.json").write_text("{}")  # nothing in done.json: read the last eval line
+    # what done.json holds wins over metrics.jsonl
+    (b / "done.json").write_text(json.dumps({"eval_accuracy": 0.9, "wall_seconds": 100.0}))
     out = tmp_path / "summary.tsv"
     assert (
         rrl(["summary", "--results", str(results), "--runs", str(b), str(a), "--out", str(out)])
@@ -234,6 +238,9 @@ def test_summary_falls_back_to_metrics_and_orders_given_runs(tmp_path):
     rows = read_tsv(out)
     assert [r["run"] for r in rows] == ["base", "sft/max_examples~128"]
     assert rows[1]["eval_accuracy"] == "0.35" and rows[1]["eval_examples"] == "64"
+    assert rows[1]["wall_seconds"] == "6"  # time/elapsed of the last line (a train line)
+    assert (rows[0]["eval_accuracy"], rows[0]["wall_seconds"]) == ("0.9", "100")
+    assert rows[0]["eval_examples"] == "64"  # absent from done.json: from metrics.jsonl
     assert rows[1]["max_examples"] == "128" and rows[0]["max_examples"] == ""
     outside = make_run(tmp_path / "elsewhere", lr=1e-4, accuracies=[0.1])
     assert (

@@ -14,6 +14,7 @@ from tiny_model import (
     reference_logprobs,
 )
 
+from reasoning_core.runtime.hf_engine import sample_tokens
 from reasoning_core.runtime.rollout import Completion, RolloutEngine, SamplingParams, make_engine
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24, stop=[])
@@ -158,7 +159,94 @@ def test_sync_weights_copies_state(model, tokenizer):
     assert engine.generate(PROMPTS, GREEDY) == reference.generate(PROMPTS, GREEDY)
 
 
+def _frequencies(temperature, top_p, probs=(0.5, 0.3, 0.2), rows=20000):
+    logits = torch.tensor(probs).log().expand(rows, -1)
+    gen = torch.Generator().manual_seed(0)
+    tokens = sample_tokens(logits, temperature, top_p, gen)
+    return torch.bincount(tokens, minlength=len(probs)).float() / rows
+
+
+@pytest.mark.parametrize(
+    ("temperature", "top_p", "expected"),
+    [
+        (1.0, 1.0, [0.5, 0.3, 0.2]),
+        (0.5, 1.0, [25 / 38, 9 / 38, 4 / 38]),  # softmax(logits / T): p**2, renormalized
+        (1.0, 0.6, [5 / 8, 3 / 8, 0.0]),  # nucleus: the smallest prefix whose mass reaches 0.6
+        (1.0, 0.5, [1.0, 0.0, 0.0]),  # the top token alone reaches 0.5
+        (0.0, 1.0, [1.0, 0.0, 0.0]),  # greedy
+    ],
+)
+def test_sample_tokens_follows_temperature_and_top_p(temperature, top_p, expected):
+    freq = _frequencies(temperature, top_p)
+    torch.testing.assert_close(freq, torch.tensor(expected), atol=0.015, rtol=0)
+
+
+def test_tiny_top_p_is_greedy(engine):
+    nucleus = SamplingParams(temperature=1.0, top_p=1e-6, max_tokens=24, stop=[], seed=0)
+    assert engine.generate(PROMPTS, nucleus) == engine.generate(PROMPTS, GREEDY)
+
+
+def test_identical_prompts_in_one_call_are_sampled_independently(engine):
+    out = engine.generate(PROMPTS[:1] * 2, SamplingParams(max_tokens=16, stop=[], seed=5))
+    assert out[0][0].token_ids != out[1][0].token_ids
+
+
+def _first_new_printable_token(tokenizer, token_ids, min_chars=1):
+    """(k, piece): the first token of ``token_ids`` that is printable ASCII (at least
+    ``min_chars`` of them, all distinct) whose id and characters do not occur before it, so a
+    stop string made of them first completes at token k."""
+    pieces = [tokenizer.decode([t]) for t in token_ids]
+    return next(
+        (k, p)
+        for k, p in enumerate(pieces)
+        if len(p.strip()) >= min_chars
+        and p.isascii()
+        and p.isprintable()
+        and token_ids[k] not in token_ids[:k]
+        and not any(ch in "".join(pieces[:k]) for ch in p.strip())
+        and len(set(p.strip())) == len(p.strip())
+    )
+
+
+def test_generation_config_eos_ids_end_a_row(model, tokenizer):
+    """Models whose generation_config lists extra EOS ids (chat models' end-of-turn token)
+    stop on those too; a stop string that such an ordinary-token EOS completes still cuts
+    the text."""
+    import copy
+
+    full = make_engine("hf", model, tokenizer).generate(PROMPTS[:1], GREEDY)[0][0]
+    k, piece = _first_new_printable_token(tokenizer, full.token_ids)
+    chat = copy.deepcopy(model)
+    chat.generation_config.eos_token_id = [tokenizer.eos_token_id, full.token_ids[k]]
+    engine = make_engine("hf", chat, tokenizer)
+    c = engine.generate(PROMPTS[:1], GREEDY)[0][0]
+    assert c.token_ids == full.token_ids[: k + 1] and c.finish_reason == "stop"
+    assert c.text == tokenizer.decode(full.token_ids[: k + 1])
+    stop = piece.strip()[-1]
+    params = GREEDY.replace(stop=[stop], include_stop_str_in_output=False)
+    c = engine.generate(PROMPTS[:1], params)[0][0]
+    assert c.token_ids == full.token_ids[: k + 1]
+    assert c.text == full.text[: full.text.index(stop)]
+
+
+def test_earliest_ending_stop_string_wins_when_one_token_completes_two(engine):
+    """A token that completes two stop strings at once cuts the text at the one that ends
+    first, whatever their order in ``stop``."""
+    full = engine.generate(PROMPTS[:1], GREEDY)[0][0]
+    k, piece = _first_new_printable_token(engine.tokenizer, full.token_ids, min_chars=2)
+    early, late = piece.strip()[0], piece.strip()[-1]
+    cut = full.text.index(early)  # neither character occurs before token k
+    for keep in (True, False):
+        params = GREEDY.replace(stop=[late, early], include_stop_str_in_output=keep)
+        c = engine.generate(PROMPTS[:1], params)[0][0]
+        assert c.token_ids == full.token_ids[: k + 1]
+        assert c.text == full.text[: cut + 1 if keep else cut]
+
+
 def test_bad_params_rejected():
+    for bad in ({"n": 0}, {"temperature": -0.1}, {"max_tokens": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            SamplingParams(**bad)
     with pytest.raises(ValueError, match="min_tokens"):
         SamplingParams(max_tokens=4, min_tokens=5)
     with pytest.raises(ValueError, match="top_p"):

@@ -66,9 +66,25 @@ def test_engine_satisfies_protocol(vllm_engine):
 
 
 def test_greedy_matches_hf(vllm_engine, hf):
-    assert tokens(vllm_engine.generate(ALL_PROMPTS, GREEDY)) == tokens(
-        hf.generate(ALL_PROMPTS, GREEDY)
+    """Tokens, text (decoded by the engine: without stop strings vLLM does not detokenize)
+    and finish reasons."""
+    got, want = vllm_engine.generate(ALL_PROMPTS, GREEDY), hf.generate(ALL_PROMPTS, GREEDY)
+    assert tokens(got) == tokens(want)
+    assert [[(c.text, c.finish_reason) for c in cs] for cs in got] == [
+        [(c.text, c.finish_reason) for c in cs] for cs in want
+    ]
+
+
+def test_tiny_top_p_is_greedy(vllm_engine):
+    nucleus = SamplingParams(temperature=1.0, top_p=1e-6, max_tokens=24, stop=[], seed=0)
+    assert tokens(vllm_engine.generate(PROMPTS, nucleus)) == tokens(
+        vllm_engine.generate(PROMPTS, GREEDY)
     )
+
+
+def test_identical_prompts_in_one_call_are_sampled_independently(vllm_engine):
+    out = vllm_engine.generate(PROMPTS[:1] * 2, SamplingParams(max_tokens=16, stop=[], seed=5))
+    assert out[0][0].token_ids != out[1][0].token_ids
 
 
 @pytest.mark.parametrize("stop", [[], ["</answer>"]])
@@ -151,7 +167,8 @@ def test_weight_sync_round_trip(vllm_engine, hf, restore_weights):
         gen = torch.Generator().manual_seed(0)
         for p in perturbed.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=gen))
-    vllm_engine.sync_weights(perturbed)
+    # through a torch.compile wrapper, whose state_dict names carry an "_orig_mod." prefix
+    vllm_engine.sync_weights(torch.compile(perturbed))
     after = tokens(vllm_engine.generate(ALL_PROMPTS, GREEDY))
     expected = tokens(make_engine("hf", perturbed, hf.tokenizer).generate(ALL_PROMPTS, GREEDY))
     assert after == expected
