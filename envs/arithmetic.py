@@ -221,6 +221,8 @@ class ArithmeticTask(Task):
     ) -> list[Example]:
         """Generate `split` (or read problems from a JSONL `path`), at most `limit` of them."""
         self.check_split(split)
+        if limit is not None and limit < 0:  # as the vendored tasks; [:-1] would drop one
+            raise ValueError(f"limit must be >= 0 or None, got {limit}")
         if path is not None:
             return _load_jsonl(path, split, limit)
         if split == "test":

@@ -108,6 +108,27 @@ def test_bad_knobs_are_refused():
         ArithmeticConfig(min_steps=3, max_steps=2)
     with pytest.raises(ValueError):
         ArithmeticConfig(wrong_fraction=1.5)
+    with pytest.raises(ValueError):
+        ArithmeticConfig(min_operand=0)  # a step of 0 changes nothing
+    with pytest.raises(ValueError):
+        ArithmeticConfig(min_start=-1)
+
+
+def test_lower_bounds_of_the_knobs_are_respected():
+    task = ArithmeticTask(ArithmeticConfig(min_start=4, max_start=6, min_operand=3, max_operand=5))
+    rng = random.Random(0)
+    problems = [task.sample_problem(rng) for _ in range(200)]
+    assert {p.start for p in problems} <= {4, 5, 6}
+    assert {k for p in problems for _, k in p.steps} <= {3, 4, 5}
+
+
+def test_seed_arguments_choose_the_stream():
+    default = [p.key for p in TASK.train_problems(50)]
+    assert [p.key for p in TASK.train_problems(50, seed=TASK.config.train_seed)] == default
+    assert [p.key for p in TASK.train_problems(50, seed=5)] != default
+    one = list(TASK.traces("train", 200, seed=1))
+    assert one == list(TASK.traces("train", 200, seed=1))
+    assert [t.answer for t in one] != [t.answer for t in TASK.traces("train", 200, seed=2)]
 
 
 def check_chain(trace) -> int:
@@ -192,6 +213,11 @@ def test_load_from_jsonl_file(tmp_path):
     missing.write_text(json.dumps({"ground_truth": "1"}) + "\n")
     with pytest.raises(DataError, match=r"missing.jsonl:1.*question"):
         TASK.load("train", path=missing)
+    three = tmp_path / "three.jsonl"
+    three.write_text(
+        "".join(json.dumps({"question": "q", "ground_truth": n}) + "\n" for n in "123")
+    )
+    assert [e.ground_truth for e in TASK.load("test", path=three, limit=2)] == ["1", "2"]
 
 
 def test_sft_data_builder_and_filter_use_the_arithmetic_traces():
@@ -203,6 +229,16 @@ def test_sft_data_builder_and_filter_use_the_arithmetic_traces():
     kept, stats = filter_correct(examples, num_workers=1)
     assert stats["total"] == 128
     assert [e["response"] for e in kept] == [e["response"] for e in pool if e["correct"]]
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_negative_limit_is_refused(split, tmp_path):
+    """As for the vendored tasks; `test_problems()[:-1]` used to return 511 problems."""
+    f = tmp_path / "p.jsonl"
+    f.write_text(json.dumps({"question": "q", "ground_truth": "1"}) + "\n")
+    for path in (None, f):
+        with pytest.raises(ValueError, match="limit"):
+            TASK.load(split, path=path, limit=-1)
 
 
 @pytest.mark.parametrize("gt", ["\u00b2", "\u0663", "--1", "1.0", " "])
