@@ -165,3 +165,41 @@ def test_fresh_worker_loads_math_verify_before_its_first_item():
     grader._shutdown()  # a fresh pool
     out = grade_batch(_math_verify_loaded, ["x"], ["1"], timeout=30, num_workers=1)
     assert [r["reward"] for r in out] == [1.0]
+
+
+def test_pool_is_resized_when_a_call_asks_for_another_size():
+    from envs import grader
+
+    grade_batch(_sleepy, ["0"], ["1"], timeout=5, num_workers=1)
+    assert len(grader._POOL.workers) == 1
+    out = grade_batch(_sleepy, ["0"] * 3, ["1"] * 3, timeout=5, num_workers=3)
+    assert [r["reward"] for r in out] == [1.0] * 3
+    assert len(grader._POOL.workers) == 3
+
+
+def test_non_positive_timeout_is_refused():
+    with pytest.raises(ValueError, match="timeout"):
+        grade_batch(r1_zero_reward_fn, [R("1")], ["1"], timeout=0)
+
+
+def test_fast_path_error_scores_zero_and_counts_an_error():
+    out = grade_batch(
+        envs.countdown_reward_fn,
+        [R("1 + 2"), R("1 + 2")],
+        ["not json", '{"nums": [1, 2], "target": 3}'],
+    )
+    assert [r["reward"] for r in out] == [0.0, 1.0]
+    assert out.stats.errors == 1 and out.stats.fast == 2 and out.stats.pooled == 0
+
+
+def test_reward_fn_from_main_is_refused(monkeypatch):
+    """A script's own function pickles (by reference to __main__) but no worker can load it."""
+    import sys
+
+    def fn(response: str, ground_truth: str) -> dict:
+        return {"reward": 1.0, "format_reward": 1.0, "answer_reward": 1.0}
+
+    fn.__module__, fn.__qualname__ = "__main__", "rrl_grader_test_fn"
+    monkeypatch.setattr(sys.modules["__main__"], "rrl_grader_test_fn", fn, raising=False)
+    with pytest.raises(TypeError, match="__main__"):
+        grade_batch(fn, ["a"], ["b"], timeout=5)

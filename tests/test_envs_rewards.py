@@ -149,6 +149,12 @@ R1_GOLDEN = [
     (R("\\boxed{7"), "7", 0, 1),
     (R("\\boxed{\\frac{1}{2}"), "0.5", 0, 1),
     (R("\\boxed{3} then \\boxed{7"), "3", 1, 1),  # the last closed box, as question_only
+    # mutation audit: rows that pin behaviour no earlier row did
+    ("<answer> 3 </answer> </think> <answer> 7", "3", 0, 0),  # </answer> only before the separator
+    (R("007"), "7", 1, 1),  # an integer's leading zeros
+    (R("-0"), "0", 1, 1),
+    ("x </think> <answer>5.</answer>", "5", 1, 1),  # math-verify parses nothing in `5.`
+    (R("(-\\infty, 3)"), "x < 3", 1, 1),  # verify(gold, pred): swapped, math-verify says no
 ]
 
 Q_GOLDEN = [
@@ -210,6 +216,26 @@ def test_cheap_path_decides_integers_only():
     assert cheap_match("12", "13") is False
     assert cheap_match("0.5", "\\frac{1}{2}") is None  # left to math-verify
     assert normalize_answer("\\dfrac{1}{2}") == normalize_answer("\\frac{1}{2}")
+
+
+# Forms the cheap check must decide equal by itself, so grade_batch keeps them in-process.
+CHEAP_EQUAL = [
+    ("\\text{Evelyn}", "Evelyn"),  # \text{} unwrapped
+    ("x^2 + 7x + 10", "x^2+7x+10"),  # whitespace
+    ("\\left( 1, 2 \\right)", "(1,2)"),  # \left / \right
+    ("30^\\circ", "30"),  # degree, percent and dollar signs
+    ("50\\%", "50"),
+    ("\\$18", "18"),
+    ("\\dfrac{1}{2}", "\\tfrac{1}{2}"),
+    ("1,000", "1000"),
+    ("EVELYN", "evelyn"),
+]
+
+
+@pytest.mark.parametrize(("pred", "gold"), CHEAP_EQUAL)
+def test_cheap_check_decides_normalized_forms(pred, gold):
+    assert cheap_match(pred, gold) is True
+    assert cheap_match(gold, pred) is True
 
 
 def test_answers_match_is_gold_first():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 import envs
 from envs import DataError, countdown_reward_fn
 from envs.base import PROMPT_DIR
-from envs.countdown import check_countdown_answer
+from envs.countdown import MAX_ANSWER_CHARS, check_countdown_answer, evaluate
 from envs.sft_data import build_examples, examples_from_traces, filter_correct, main
 
 MATH_ROW = {
@@ -50,6 +51,7 @@ MALFORMED = [
     ("countdown", COUNTDOWN_ROW, {**COUNTDOWN_ROW, "nums": "1 2 3"}, "nums"),
     ("countdown", COUNTDOWN_ROW, {**COUNTDOWN_ROW, "nums": [1, 2.5]}, "nums"),
     ("countdown", COUNTDOWN_ROW, {**COUNTDOWN_ROW, "target": True}, "target"),
+    ("countdown", COUNTDOWN_ROW, {**COUNTDOWN_ROW, "nums": [1, -2, 3]}, "nums"),
 ]
 
 
@@ -103,6 +105,28 @@ def test_math_train_drops_empty_answers_and_test_rows(tmp_path):
     assert len(math.load("train12k", path=path)) == 2
 
 
+def test_math_ground_truth_is_the_stripped_answer(tmp_path):
+    path = _write(tmp_path / "m.jsonl", [{**MATH_ROW, "answer": " \\frac{1}{2} \n"}])
+    (ex,) = envs.get_task("math").load("train", path=path)
+    assert ex.ground_truth == "\\frac{1}{2}"
+
+
+def test_math_test_split_is_the_full_test_set_and_holds_math500():
+    math = envs.get_task("math")
+    test_ids = [e.id for e in math.load("test")]
+    assert len(set(test_ids)) == len(test_ids) == 5000
+    assert all(i.startswith("test/") for i in test_ids)
+    assert {e.id for e in math.load("math500")} <= set(test_ids)
+
+
+def test_limit_keeps_the_first_rows_and_refuses_a_negative_one():
+    gsm8k = envs.get_task("gsm8k")
+    assert gsm8k.load("test", limit=0) == []
+    assert gsm8k.load("test", limit=3) == gsm8k.load("test")[:3]
+    with pytest.raises(ValueError, match="limit"):
+        gsm8k.load("test", limit=-1)
+
+
 def test_vendored_splits_have_the_documented_sizes():
     math = envs.get_task("math")
     assert len(math.load("math500")) == 500
@@ -123,6 +147,22 @@ def test_math_refuses_overlapping_train_and_eval_splits():
         math.check_split_pair("train12k", "test")
     with pytest.raises(ValueError):
         math.check_split_pair("nope", "test")
+
+
+@pytest.mark.parametrize(
+    ("train", "eval_"),
+    [
+        ("train12k", "test"),
+        ("test", "math500"),  # MATH-500 is a subset of the 5k test set
+        ("math500", "test"),
+        ("train", "train"),
+        ("test", "test"),
+        ("math500", "math500"),
+    ],
+)
+def test_math_refuses_every_overlapping_pair(train, eval_):
+    with pytest.raises(ValueError, match="overlap"):
+        envs.get_task("math").check_split_pair(train, eval_)
 
 
 def test_gsm8k_ground_truth_strips_thousands_commas():
@@ -201,6 +241,7 @@ def C(answer: str, sep: str = " ") -> str:
         (C("\uff14\uff14 + 19 + 35"), 0, 1),  # non-ASCII digits (full-width 44)
         ("steps <answer> 44 + 19 + 35 </answer>", 0, 0),  # no </think>
         ("steps </think> <answer> 44 + 19 + 35", 0, 0),  # no closing tag
+        ("<answer> 44 + 19 + 35 </answer> </think> <answer> 9", 0, 0),  # closing tag only before
     ],
 )
 def test_countdown_reward(response, answer, fmt):
@@ -216,6 +257,60 @@ def test_countdown_exact_fractions():
     assert check_countdown_answer("(8 / 3) * 3 * 1", [8, 3, 3, 1], 8)
     assert check_countdown_answer("6 / (1 - 3 / 4)", [6, 1, 3, 4], 24)
     assert not check_countdown_answer("((" * 200 + "1" + "))" * 200, [1], 1)  # too deep
+
+
+@pytest.mark.parametrize(
+    ("expr", "value"),
+    [
+        ("44 - 19 + 35", 60),  # left to right, not 44 - (19 + 35)
+        ("10 - 2 - 3", 5),
+        ("8 / 4 / 2", 1),  # not 8 / (4 / 2)
+        ("8 / 4 * 2", 4),
+        ("2 + 3 * 4", 14),  # * binds tighter than +
+        ("2 * 3 - 4 / 2", 4),
+        ("(2 + 3) * 4", 20),
+        ("-2 * 3", -6),  # unary minus
+        ("44 - -19", 63),
+        ("7 / 2", Fraction(7, 2)),  # exact, not truncated
+    ],
+)
+def test_countdown_evaluate_precedence_and_associativity(expr, value):
+    assert evaluate(expr)[0] == value
+
+
+def test_countdown_each_given_number_exactly_once_even_when_the_value_is_right():
+    nums = [2, 3, 5]
+    assert check_countdown_answer("2 + 3 + 5", nums, 10)
+    assert check_countdown_answer("5 - -3 + 2", nums, 10)  # unary minus introduces no number
+    assert not check_countdown_answer("2 * 5", nums, 10)  # 3 unused
+    assert not check_countdown_answer("2 * 5 + 3 - 3", nums, 10)  # 3 used twice
+    assert not check_countdown_answer("5 + 5", nums, 10)  # 5 twice, 2 and 3 unused
+    assert not check_countdown_answer("2 + 3 + 5 + 0", nums, 10)  # 0 is not given
+
+
+def test_countdown_value_must_equal_the_target_exactly():
+    assert check_countdown_answer("1 / 49 * 49", [1, 49, 49], 1)  # 0.999... in floats
+    assert not check_countdown_answer("7 / 2", [7, 2], 3)  # 3.5 is not 3
+    assert not check_countdown_answer("7 / 2", [7, 2], 4)
+
+
+def test_countdown_rejects_trailing_tokens_and_overlong_answers():
+    assert not check_countdown_answer("2 + 3 + 5 4", [2, 3, 5], 10)
+    assert not check_countdown_answer("2 + 3 + 5)", [2, 3, 5], 10)
+    padded = "2 + 3 + 5".ljust(MAX_ANSWER_CHARS)
+    assert check_countdown_answer(padded, [2, 3, 5], 10)
+    assert not check_countdown_answer(padded + " ", [2, 3, 5], 10)
+
+
+def test_countdown_traces_split_the_reasoning_from_the_equation():
+    # The first train row: answer "19 + 35 = 54\n44 + 54 = 98\nTherefore, the final equation
+    # is 44 + (19 + 35) </think>\n<answer> 44 + (19 + 35) </answer>".
+    (t,) = envs.get_task("countdown").traces("train", limit=1)
+    assert t.reasoning == (
+        "19 + 35 = 54\n44 + 54 = 98\nTherefore, the final equation is 44 + (19 + 35)"
+    )
+    assert t.answer == "44 + (19 + 35)"
+    assert json.loads(t.ground_truth) == {"nums": [44, 19, 35], "target": 98}
 
 
 def test_countdown_reference_solutions_all_score_one():

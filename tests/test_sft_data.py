@@ -86,3 +86,46 @@ def test_sft_data_command_names_a_bad_source_file(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.startswith("python -m envs.sft_data: ") and needle in err, err
     assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_sft_data_command_drops_wrong_traces_unless_told_not_to(tmp_path, capsys):
+    from envs.arithmetic import TASK
+    from envs.sft_data import main
+
+    n_correct = sum(ex["correct"] for ex in TASK.sft_pool(60))  # the first 60 traces
+    assert 0 < n_correct < 60
+    for flags, expected in [([], n_correct), (["--no-filter"], 60)]:
+        out = tmp_path / "o.jsonl"
+        assert main(["--task", "arithmetic", "--limit", "60", "--out", str(out), *flags]) == 0
+        assert len(read_examples(out)) == expected
+
+
+def test_examples_need_an_r1_template():
+    from envs import Trace
+    from envs.sft_data import examples_from_traces
+
+    with pytest.raises(ValueError, match="<think>"):
+        examples_from_traces([Trace("1+1?", "1 + 1 = 2.", "2", "2")], "question_only")
+
+
+def test_filter_grades_with_the_given_reward_fn():
+    """Countdown accepts a newline between </think> and <answer>; r1_zero does not."""
+    from envs import countdown_reward_fn
+    from envs.sft_data import filter_correct
+
+    gt = json.dumps({"nums": [2, 3, 5], "target": 10})
+    examples = [
+        {
+            "prompt": "p",
+            "response": " 2 + 3 = 5 </think>\n<answer> 2 + 3 + 5 </answer>",
+            "ground_truth": gt,
+        },
+        {
+            "prompt": "p",
+            "response": " 2 * 3 = 6 </think>\n<answer> 2 * 3 + 5 </answer>",
+            "ground_truth": gt,
+        },
+    ]
+    kept, stats = filter_correct(examples, countdown_reward_fn)
+    assert kept == examples[:1]
+    assert stats["total"] == 2 and stats["kept"] == 1
