@@ -135,12 +135,8 @@ def test_a_save_killed_midway_leaves_the_last_state_and_its_debris_is_removed(tm
     assert _load(state) == {"step": 2}
 
 
-def test_a_save_failing_after_a_resume_from_old_keeps_a_complete_state(tmp_path, monkeypatch):
-    """Resumed from state.old (a process died between the two renames), the next save must
-    not delete state.old before its replacement is in place."""
-    state = tmp_path / "state"
-    _save(state, 1)
-    state.rename(tmp_path / "state.old")
+def _save_killed_at_its_last_rename(state: Path, step: int, monkeypatch) -> None:
+    """Save ``step``, failing where the new state would be renamed into place."""
     real_rename = Path.rename
 
     def rename(self, target):
@@ -150,8 +146,17 @@ def test_a_save_failing_after_a_resume_from_old_keeps_a_complete_state(tmp_path,
 
     monkeypatch.setattr(Path, "rename", rename)
     with pytest.raises(OSError, match="killed here"):
-        _save(state, 2)
+        _save(state, step)
     monkeypatch.undo()
+
+
+def test_a_save_failing_after_a_resume_from_old_keeps_a_complete_state(tmp_path, monkeypatch):
+    """Resumed from state.old (a process died between the two renames), the next save must
+    not delete state.old before its replacement is in place."""
+    state = tmp_path / "state"
+    _save(state, 1)
+    state.rename(tmp_path / "state.old")
+    _save_killed_at_its_last_rename(state, 2, monkeypatch)
     assert _load(state) == {"step": 1}
 
 
@@ -160,17 +165,7 @@ def test_a_save_failing_at_its_last_rename_keeps_the_previous_state(tmp_path, mo
     old state as state.old, complete, for the next run to resume from."""
     state = tmp_path / "state"
     _save(state, 1)
-    real_rename = Path.rename
-
-    def rename(self, target):
-        if ".tmp-" in self.name:
-            raise OSError("killed here")
-        return real_rename(self, target)
-
-    monkeypatch.setattr(Path, "rename", rename)
-    with pytest.raises(OSError, match="killed here"):
-        _save(state, 2)
-    monkeypatch.undo()
+    _save_killed_at_its_last_rename(state, 2, monkeypatch)
     assert find_state(state) == tmp_path / "state.old"
     assert _load(state) == {"step": 1}
 
