@@ -263,10 +263,14 @@ def measure_train_step(
     peak: float | None = None,
     measured_peak: float | None = None,
     max_seconds: float = 20.0,
+    compiled: bool = False,
 ) -> dict[str, Any]:
     """Time full optimizer steps (forward, loss, backward, clipping, AdamW) of one microbatch
-    each; at most ``steps`` timed steps, fewer when they pass ``max_seconds`` (at least one)."""
+    each; at most ``steps`` timed steps, fewer when they pass ``max_seconds`` (at least one).
+    ``compiled`` runs the forward through ``torch.compile(model)`` (its compilation falls in
+    the warm-up steps)."""
     set_gradient_checkpointing(model, gradient_checkpointing)
+    forward = torch.compile(model) if compiled else model
     input_ids, labels, mask = _batch(config, micro_batch, prompt_len, response_len, device)
     # Fused AdamW on a GPU, as trainer_common.make_optimizer builds it.
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=device.type == "cuda")
@@ -274,7 +278,7 @@ def measure_train_step(
 
     def one_step():
         out = rc.get_response_log_probs(
-            model=model, input_ids=input_ids, labels=labels, return_token_entropy=False
+            model=forward, input_ids=input_ids, labels=labels, return_token_entropy=False
         )
         lp = out["log_probs"]
         if kind == "sft":
@@ -329,6 +333,7 @@ def measure_train_step(
         # What the model reports, not the request: checkpointing really on, KV cache off.
         "gradient_checkpointing": bool(model.is_gradient_checkpointing),
         "use_cache": bool(model.config.use_cache),
+        "compiled": compiled,
         "steps_timed": done,
         "warmup_steps": warmup,
         "warmup_seconds": warmup_seconds,
