@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -799,3 +800,33 @@ def test_sft_step_matches_a_reference_computation(world, tmp_path, monkeypatch):
     grad_norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in model.parameters()))
     assert line["loss"] == pytest.approx(float(loss.detach()), rel=1e-4)
     assert line["grad_norm"] == pytest.approx(float(grad_norm), rel=1e-4)
+
+
+@pytest.mark.skipif(
+    not any(shutil.which(c) for c in ("cc", "gcc", "clang")),
+    reason="torch.compile's CPU backend needs a C compiler",
+)
+def test_compiled_training_forward_gives_the_eager_updates(world, tmp_path, monkeypatch):
+    """compile: true sends the training forwards (and only those) through torch.compile; the
+    updates match the eager run's up to compiled float rounding."""
+    from reasoning_core.runtime import trainer_common
+
+    calls: list[str] = []
+    real_forward = trainer_common.training_forward
+
+    def forward(model):
+        wrapped = real_forward(model)
+        calls.append(type(wrapped).__name__)
+        return wrapped
+
+    monkeypatch.setattr(trainer_common, "training_forward", forward)
+    cfg = {**SFT, "eval_at_start": False, "eval_every": 0, "save_every": 0}
+    eager = _train_lines(_run(sft, cfg, world, tmp_path / "eager"))
+    assert set(calls) == {"Qwen2ForCausalLM"}
+    calls.clear()
+    compiled = _train_lines(_run(sft, {**cfg, "compile": True}, world, tmp_path / "compiled"))
+    assert set(calls) == {"OptimizedModule"}
+    assert len(compiled) == len(eager) > 2
+    for a, b in zip(eager, compiled, strict=True):
+        for key in ("loss", "grad_norm", "entropy"):
+            assert b[key] == pytest.approx(a[key], rel=1e-3), key
