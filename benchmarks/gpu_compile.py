@@ -8,6 +8,7 @@ trainers do not compile yet: this measures what a ``compile`` setting would buy.
 
     PYTHONPATH=$PWD python3 benchmarks/gpu_compile.py --out $OUT/gpu_compile.json
     python benchmarks/gpu_compile.py --tiny          # miniature model on CPU, a smoke test
+    # --gradient-checkpointing: both sides checkpointed, as the GPU configs train
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="miniature config on CPU")
     parser.add_argument("--micro-batches", type=int, nargs="+", default=[4, 8, 16])
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--out", default="gpu_compile.json")
     args = parser.parse_args(argv)
     if args.tiny:
@@ -67,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                     peak=peak,
                     measured_peak=measured,
                     compiled=compiled,
+                    gradient_checkpointing=args.gradient_checkpointing,
                 )
             except Exception as exc:  # an OOM or a compile failure: record it, go on
                 r = {"error": f"{type(exc).__name__}: {exc}"[:300]}

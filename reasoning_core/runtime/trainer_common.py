@@ -67,8 +67,9 @@ class CommonConfig:
     # "auto": FlashAttention 2 on a GPU in bf16/fp16 when flash-attn is installed, else SDPA.
     attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2"] = "auto"
     # Run the training and scoring forwards (log-probs, entropy) through torch.compile; sampling
-    # and evaluation stay eager. Measured on an H200 (benchmarks/gpu_compile.py): SFT steps
-    # 1.15-1.17x the eager tokens/s, after 55-90 s of compilation per micro-batch shape.
+    # and evaluation stay eager. Measured on an H200 (benchmarks/RESULTS.md): SFT steps 1.15-1.18x
+    # the eager tokens/s at micro batch 4-16, 2.3x at micro batch 2 with gradient checkpointing,
+    # after 55-90 s of compilation per micro-batch shape.
     compile: bool = False
     # Rollout engine. vLLM runs in-process: colocated on the policy's GPU (give it a memory
     # share with engine_kwargs.gpu_memory_utilization) or, on two GPUs, with the policy on
