@@ -23,7 +23,6 @@ import math
 import os
 import sys
 import time
-import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -227,19 +226,19 @@ def load_policy(cfg: CommonConfig):
     model.config.use_cache = False
     model.train()
     if cfg.compile:
-        _COMPILED[model] = torch.compile(model)
+        # In the instance dict, not registered as a submodule: the compiled wrapper (which
+        # shares the parameters) must not enter the state dict or the checkpoints.
+        model.__dict__[_COMPILED_FORWARD] = torch.compile(model)
     return model, tokenizer
 
 
-# model -> its torch.compile wrapper (sharing its parameters), for the training forwards only.
-# Kept beside the model rather than on it: as a submodule it would enter the state dict.
-_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_COMPILED_FORWARD = "_rrl_compiled_forward"
 
 
 def training_forward(model):
     """What the training and scoring passes call: the compiled wrapper when ``compile`` is
     on for this policy, else the model itself."""
-    return _COMPILED.get(model, model)
+    return model.__dict__.get(_COMPILED_FORWARD, model)
 
 
 def make_optimizer(model: torch.nn.Module, cfg: CommonConfig) -> torch.optim.AdamW:
