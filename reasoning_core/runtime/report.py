@@ -43,7 +43,8 @@ X_LABELS = {"step": "optimizer step", "time/elapsed": "wall-clock time (s)"}
 def read_metrics(run: str | Path, *, warn: bool = True) -> list[dict[str, Any]]:
     """The records of ``run/metrics.jsonl`` ([] when it is absent). A killed run's partial last
     line is left out silently; any other damaged line is skipped, with a warning on stderr
-    naming the file and line unless ``warn`` is off (see :func:`reasoning_core.runtime.metrics.read_metrics`)."""
+    naming the file and line unless ``warn`` is off (see
+    :func:`reasoning_core.runtime.metrics.read_metrics`)."""
     path = Path(run) / "metrics.jsonl"
     if not path.is_file():
         return []
