@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     failed = 0
     for run in args.runs:
-        target = args.out / run
+        # An absolute run folder is mirrored under --out too (out / '/a/b' would be '/a/b').
+        target = args.out / (run.relative_to(run.anchor) if run.is_absolute() else run)
         if not args.compare_only:
             cmd = [sys.executable, "-m", "reasoning_core.runtime.cli", method_of(run)]
             cmd += ["--config", str(run / "config.yaml"), "--out", str(target)]
