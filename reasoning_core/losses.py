@@ -7,6 +7,13 @@ and ``torch.func.vmap`` apply to them. :func:`sft_loss` and :func:`grpo_loss` ar
 scalar objectives; the two ``*_microbatch_train_step`` functions are thin wrappers whose
 contract (SPEC section 1) is to call ``.backward()`` on them.
 
+Empty responses (a row whose mask is all zero) never make a loss NaN. The handout's
+``masked_mean`` is 0/0 = NaN on such a row, so the objectives reduce per response with
+:func:`~reasoning_core.masked.masked_mean_or_zero` instead: the same value on every non-empty
+row, bit for bit, and exactly 0 with no gradient on an empty one. The batch mean stays over all
+``B`` rows (an empty row adds 0 to the sum and 1 to the count), which is what makes ``k``
+accumulated microbatches equal one step over the whole batch.
+
 Metadata tensors are detached: they are for logging, not for differentiation.
 """
 
@@ -17,7 +24,7 @@ from typing import Literal
 import torch
 
 from ._typing import Float, Shaped, Tensor
-from .masked import masked_mean, masked_normalize
+from .masked import masked_mean_or_zero, masked_normalize
 
 __all__ = [
     "LOSS_TYPES",
@@ -196,16 +203,19 @@ def sft_loss(
 
     .. math:: L = \frac{1}{B} \sum_b \frac{1}{c} \sum_t m_{bt}\,(-\log \pi_\theta(o_{bt}))
 
+    An empty response row adds 0 to the sum (and still counts in ``B``).
+
     Returns:
         ``(loss, metadata)`` with the scalar loss and detached ``per_example_loss``,
-        ``num_response_tokens`` and ``mean_token_nll`` (masked mean over all tokens).
+        ``num_response_tokens`` and ``mean_token_nll`` (masked mean over all tokens; 0, not
+        NaN, when the batch has no response token).
     """
     per_example = masked_normalize(-policy_log_probs, response_mask, normalize_constant, dim=-1)
     loss = per_example.mean()
     metadata = {
         "per_example_loss": per_example.detach(),
         "num_response_tokens": (response_mask != 0).sum(),
-        "mean_token_nll": masked_mean(-policy_log_probs, response_mask).detach(),
+        "mean_token_nll": masked_mean_or_zero(-policy_log_probs, response_mask).detach(),
     }
     return loss, metadata
 
@@ -256,10 +266,19 @@ def grpo_loss(
       :math:`\frac{1}{c}\sum_t \ell_{bt}` with a constant ``c`` (``normalize_constant``,
       e.g. the maximum generation length), so every token weighs the same.
 
+    The loss is :math:`L = \frac{1}{B}\sum_b L_b` over all ``B`` rows. A row with no response
+    token (``|o_b| = 0``) has :math:`L_b = 0` and no gradient under both norms: the per-response
+    mean goes through :func:`~reasoning_core.masked.masked_mean_or_zero` (guarded, 0 on an
+    empty row), not the handout's ``masked_mean`` (NaN there). On non-empty rows the two are
+    bitwise equal, so batches without empty rows get exactly the handout's loss. Because empty
+    rows still count in ``B``, the gradient with ``n`` empty rows of ``B`` is
+    :math:`\frac{B-n}{B}` times that of the batch with those rows dropped.
+
     Returns:
         ``(loss, metadata)``: scalar loss; detached ``per_example_loss``, ``clip_fraction``
         (share of response tokens clipped), ``num_response_tokens``, and ``ratio_mean``
-        (masked mean ratio) for the ratio-based losses.
+        (masked mean ratio) for the ratio-based losses. ``clip_fraction`` and ``ratio_mean``
+        are 0, not NaN, when the batch has no response token.
 
     Raises:
         ValueError: as :func:`compute_policy_gradient_loss`, on an unknown ``length_norm``,
@@ -278,17 +297,20 @@ def grpo_loss(
         cliprange=cliprange,
     )
     if length_norm == "masked_mean":
-        per_example = masked_mean(token_loss, response_mask, dim=-1)
+        # Guarded: an empty row gives 0 and no gradient where masked_mean would give NaN.
+        per_example = masked_mean_or_zero(token_loss, response_mask, dim=-1)
     else:
         per_example = masked_normalize(token_loss, response_mask, normalize_constant, dim=-1)
     loss = per_example.mean()
     metadata = {
         "per_example_loss": per_example.detach(),
-        "clip_fraction": masked_mean(pg_meta["clipped"].to(token_loss.dtype), response_mask),
+        "clip_fraction": masked_mean_or_zero(
+            pg_meta["clipped"].to(token_loss.dtype), response_mask
+        ),
         "num_response_tokens": (response_mask != 0).sum(),
     }
     if "ratio" in pg_meta:
-        metadata["ratio_mean"] = masked_mean(pg_meta["ratio"], response_mask)
+        metadata["ratio_mean"] = masked_mean_or_zero(pg_meta["ratio"], response_mask)
     return loss, metadata
 
 
@@ -310,7 +332,9 @@ def grpo_microbatch_train_step(
     With ``k`` equal microbatches the accumulated gradient equals that of one step over the
     whole batch with ``gradient_accumulation_steps = 1`` (for ``masked_normalize`` this
     needs the same ``normalize_constant`` in every microbatch, which is why it is a
-    required constant rather than the microbatch's padded length).
+    required constant rather than the microbatch's padded length). That holds with empty
+    response rows too: each contributes 0 and no gradient (never NaN) and counts in its
+    microbatch's size, as :func:`grpo_loss` describes.
 
     Returns:
         ``(loss, metadata)``: the detached scaled loss and :func:`grpo_loss`'s metadata.

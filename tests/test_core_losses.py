@@ -18,6 +18,7 @@ from reasoning_core import (
     sft_loss,
     sft_microbatch_train_step,
 )
+from reasoning_core.masked import masked_mean_or_zero
 
 LOSS_ARGS = {
     "no_baseline": {"raw_rewards"},
@@ -386,6 +387,101 @@ def test_all_masked_row_is_zero_and_gradient_free():
     assert torch.isfinite(loss)
     assert meta["per_example_loss"][0] == 0
     assert torch.equal(policy.grad[0], torch.zeros(3))
+
+
+def _pg_step(b, policy, mask, loss_type, length_norm, rows=slice(None)):
+    return grpo_microbatch_train_step(
+        policy_log_probs=policy,
+        response_mask=mask[rows],
+        gradient_accumulation_steps=1,
+        loss_type=loss_type,
+        raw_rewards=b["rewards"][rows],
+        advantages=b["adv"][rows],
+        old_log_probs=b["old"][rows],
+        cliprange=0.2,
+        length_norm=length_norm,
+        normalize_constant=5.0,
+    )
+
+
+@given(
+    batches(),
+    st.lists(st.booleans(), min_size=4, max_size=4),
+    st.sampled_from(sorted(LOSS_ARGS)),
+    st.sampled_from(["masked_mean", "masked_normalize"]),
+)
+def test_empty_rows_add_zero_and_no_gradient_and_the_rest_is_the_dropped_batch(
+    b, emptied, loss_type, length_norm
+):
+    """Empty response rows never make the step NaN (masked_mean alone would: 0/0), get exactly
+    zero gradient, and leave the other rows' gradient what it is without them. The batch mean
+    stays over all B rows (an empty row adds 0 and counts 1, the accumulation contract), so
+    with B' non-empty rows the gradient is B'/B times the dropped batch's gradient."""
+    mask = b["mask"].clone()
+    mask[torch.tensor(emptied[: len(mask)])] = False
+    kept = mask.any(-1)
+    n, n_kept = len(mask), int(kept.sum())
+    full = b["log_probs"].clone().requires_grad_(True)
+    loss, meta = _pg_step(b, full, mask, loss_type, length_norm)
+    assert torch.isfinite(loss) and torch.isfinite(full.grad).all()
+    assert all(torch.isfinite(v).all() for v in meta.values())
+    assert torch.equal(full.grad[~kept], torch.zeros_like(full.grad[~kept]))
+    assert torch.equal(meta["per_example_loss"][~kept], torch.zeros(n - n_kept).double())
+    if n_kept == 0:
+        assert loss == 0 and torch.equal(full.grad, torch.zeros_like(full.grad))
+        return
+    dropped = b["log_probs"][kept].clone().requires_grad_(True)
+    dropped_loss, _ = _pg_step(b, dropped, mask, loss_type, length_norm, rows=kept)
+    torch.testing.assert_close(full.grad[kept], dropped.grad * (n_kept / n))
+    torch.testing.assert_close(loss, dropped_loss * (n_kept / n))
+
+
+@given(batches(), st.lists(st.booleans(), min_size=4, max_size=4), st.sampled_from([1.0, 3.0]))
+def test_sft_empty_rows_add_zero_and_no_gradient(b, emptied, constant):
+    mask = b["mask"].clone()
+    mask[torch.tensor(emptied[: len(mask)])] = False
+    kept = mask.any(-1)
+    policy = b["log_probs"].clone().requires_grad_(True)
+    loss, meta = sft_microbatch_train_step(policy, mask, 1, normalize_constant=constant)
+    assert torch.isfinite(loss) and all(torch.isfinite(v).all() for v in meta.values())
+    assert torch.equal(policy.grad[~kept], torch.zeros_like(policy.grad[~kept]))
+    if kept.any():
+        dropped = b["log_probs"][kept].clone().requires_grad_(True)
+        sft_microbatch_train_step(dropped, mask[kept], 1, normalize_constant=constant)
+        torch.testing.assert_close(policy.grad[kept], dropped.grad * (kept.sum() / len(mask)))
+
+
+@given(
+    batches(),
+    st.sampled_from(sorted(LOSS_ARGS)),
+    st.sampled_from([torch.float32, torch.float64, torch.bfloat16]),
+)
+def test_nonempty_batches_get_the_handout_reduction_bit_for_bit(b, loss_type, dtype):
+    """Without empty rows the guarded per-response reduction is the handout's masked_mean
+    exactly: the same loss and the same gradient, compared with torch.equal, not closeness."""
+    mask = b["mask"].clone()
+    mask[:, 0] = True
+    args = {k: b[k].to(dtype) for k in ("rewards", "adv", "old")}
+
+    def handout(lp):
+        token_loss, _ = compute_policy_gradient_loss(
+            lp, loss_type, args["rewards"], args["adv"], args["old"], 0.2
+        )
+        return masked_mean(token_loss, mask, dim=-1).mean()
+
+    ours = b["log_probs"].to(dtype).requires_grad_(True)
+    loss, _ = _pg_step(args, ours, mask, loss_type, "masked_mean")
+    reference = b["log_probs"].to(dtype).requires_grad_(True)
+    expected = handout(reference)
+    expected.backward()
+    assert torch.equal(loss, expected.detach())
+    assert torch.equal(ours.grad, reference.grad)
+    token_loss, _ = compute_policy_gradient_loss(
+        b["log_probs"], loss_type, b["rewards"], b["adv"], b["old"], 0.2
+    )
+    assert torch.equal(
+        masked_mean_or_zero(token_loss, mask, dim=-1), masked_mean(token_loss, mask, dim=-1)
+    )
 
 
 @given(batches())
