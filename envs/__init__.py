@@ -5,7 +5,9 @@ Public API (see ARCHITECTURE.md, section envs):
 * `get_task(name) -> Task` for `math`, `gsm8k`, `countdown`, `arithmetic`;
 * reward functions `r1_zero_reward_fn`, `question_only_reward_fn`, `countdown_reward_fn`,
   each `fn(response, ground_truth) -> {"reward", "format_reward", "answer_reward"}`;
-* `grade_batch(reward_fn, responses, ground_truths, *, timeout=..., num_workers=...)`.
+* `grade_batch(reward_fn, responses, ground_truths, *, timeout=..., num_workers=...)`, returning
+  a `GradeResults` list (input order) whose `.timeouts`, `.errors` and `.metrics()` (keys
+  `grade/timeouts`, `grade/errors`) say how many items scored 0 because grading failed.
 
 Heavy modules (math-verify, multiprocessing) are imported on first use, so `import envs` is cheap.
 """
@@ -30,6 +32,7 @@ _LAZY = {
     "countdown_reward_fn": "envs.rewards",
     "grade_batch": "envs.grader",
     "GradeStats": "envs.grader",
+    "GradeResults": "envs.grader",
 }
 
 __all__ = [

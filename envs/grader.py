@@ -4,6 +4,21 @@
 result dict per pair, in input order, as a `GradeResults` list whose `.stats` says how many items
 were decided in-process, sent to workers, timed out or raised.
 
+Nothing is silent: an item that times out or raises scores 0 (reward, format and answer), and
+the call counts it, names it and warns once:
+
+    out = grade_batch(r1_zero_reward_fn, responses, truths)
+    rewards = [r["reward"] for r in out]       # a plain list of dicts, input order
+    out.timeouts, out.errors                   # counts of this call (ints)
+    out.stats.timed_out, out.stats.failed      # input indices of those items
+    metrics.update(out.metrics())              # {"grade/timeouts": n, "grade/errors": m}
+
+`metrics()` gives these counts under the keys that train and eval metric lines and
+`summary.json` use for them (`METRIC_KEYS`).
+When either count is non-zero the call logs one warning (`GradeStats.warning()`, on the
+`envs.grader` logger) with the counts, the limit and the first error message. Keep the returned
+object (or its `.stats`) before converting it: `list(out)` and slices are plain lists.
+
 How it works:
 
 1. Items the reward function can decide cheaply (its optional `fast(response, ground_truth)`
@@ -15,7 +30,7 @@ How it works:
    other workers keep grading). Each item has a deadline of `timeout` seconds from dispatch; a
    worker that misses it is killed with SIGKILL and replaced, and the item scores 0 (counted in
    `stats.timeouts`). A reward function that raises, or a worker that dies, scores 0 (counted
-   in `stats.errors`; the first error of a call is logged as a warning).
+   in `stats.errors`; the first error's message is kept in `stats.first_error`).
 
 math-verify's own `signal.alarm` timeout is switched off in the workers: the hard kill is the
 time limit, which also stops code stuck in C (huge integer powers), where an alarm cannot.
@@ -44,6 +59,9 @@ from envs.rewards import ZERO
 
 log = logging.getLogger(__name__)
 
+#: the metric keys of `GradeStats.metrics()`, logged on every train and eval line
+METRIC_KEYS = ("grade/timeouts", "grade/errors")
+
 DEFAULT_TIMEOUT = 5.0
 #: a worker that has not signalled readiness this long after start is treated as broken
 STARTUP_TIMEOUT = 120.0
@@ -51,14 +69,22 @@ STARTUP_TIMEOUT = 120.0
 
 @dataclass
 class GradeStats:
-    """What happened in one `grade_batch` call. Latencies are per item, in seconds."""
+    """What happened in one `grade_batch` call. Latencies are per item, in seconds.
+
+    Every item that scored 0 because grading failed is counted once, in `timeouts` or in
+    `errors`, and its input index is in `timed_out` or `failed` (sorted).
+    """
 
     n: int = 0
     fast: int = 0  # decided in-process without math-verify
     pooled: int = 0  # sent to worker processes
     timeouts: int = 0  # killed at the time limit, scored 0
-    errors: int = 0  # reward_fn raised or the worker died, scored 0
+    errors: int = 0  # reward_fn raised (in-process or in a worker) or the worker died, scored 0
     seconds: float = 0.0
+    timeout: float | None = None  # the per-item limit of the call, in seconds
+    timed_out: list[int] = field(default_factory=list)  # input indices of the timeouts
+    failed: list[int] = field(default_factory=list)  # input indices of the errors
+    first_error: str | None = None  # "item i: ExcType: message" of the first error
     latencies: list[float] = field(default_factory=list, repr=False)
 
     def as_dict(self) -> dict[str, float]:
@@ -71,11 +97,54 @@ class GradeStats:
             "seconds": self.seconds,
         }
 
+    def metrics(self, prefix: str = "grade/") -> dict[str, int]:
+        """`{"grade/timeouts": ..., "grade/errors": ...}` (`METRIC_KEYS`), for metric lines."""
+        return {f"{prefix}timeouts": self.timeouts, f"{prefix}errors": self.errors}
+
+    def warning(self) -> str | None:
+        """A one-line warning when an item timed out or raised (None when none did)."""
+        if not (self.timeouts or self.errors):
+            return None
+        parts = []
+        if self.timeouts:
+            limit = f" (limit {self.timeout:g} s)" if self.timeout is not None else ""
+            parts.append(f"{self.timeouts} timed out{limit}")
+        if self.errors:
+            first = f" (first: {self.first_error})" if self.first_error else ""
+            parts.append(f"{self.errors} raised or lost their worker{first}")
+        return f"grade_batch: of {self.n} items, {' and '.join(parts)}; they scored 0"
+
+    def _record_error(self, index: int, message: str) -> None:
+        self.errors += 1
+        self.failed.append(index)
+        if self.first_error is None:
+            self.first_error = f"item {index}: {message}"
+
+    def _record_timeout(self, index: int) -> None:
+        self.timeouts += 1
+        self.timed_out.append(index)
+
 
 class GradeResults(list):
-    """A list of reward dicts (input order) with the call's `GradeStats` as `.stats`."""
+    """A list of reward dicts (input order) with the call's `GradeStats` as `.stats`.
+
+    `timeouts` and `errors` are the call's counts of items that scored 0 because grading timed
+    out or raised; `metrics()` gives them under the keys `grade/timeouts`, `grade/errors`.
+    """
 
     stats: GradeStats
+
+    @property
+    def timeouts(self) -> int:
+        return self.stats.timeouts
+
+    @property
+    def errors(self) -> int:
+        return self.stats.errors
+
+    def metrics(self, prefix: str = "grade/") -> dict[str, int]:
+        """See `GradeStats.metrics`."""
+        return self.stats.metrics(prefix)
 
 
 # ----------------------------------------------------------------------------- worker side
@@ -237,7 +306,7 @@ class _Pool:
                 )
                 for index in queue:
                     out[index] = dict(ZERO)
-                    stats.errors += 1
+                    stats._record_error(index, "the grading workers failed to start")
                 queue.clear()
                 continue
             now = time.monotonic()
@@ -252,7 +321,7 @@ class _Pool:
                 if w.job and now - w.job[1] > timeout:
                     index, started = w.job
                     out[index] = dict(ZERO)
-                    stats.timeouts += 1
+                    stats._record_timeout(index)
                     stats.latencies.append(now - started)
                     self.replace(w)
 
@@ -262,7 +331,11 @@ class _Pool:
         except (EOFError, OSError):  # the worker died (crash, OOM kill, failed start)
             if w.job:
                 out[w.job[0]] = dict(ZERO)
-                stats.errors += 1
+                try:
+                    code = w.proc.wait(timeout=0.5)
+                except subprocess.TimeoutExpired:  # its pipe closed but it still runs
+                    code = None
+                stats._record_error(w.job[0], f"the grading worker died (exit code {code})")
                 stats.latencies.append(time.monotonic() - w.job[1])
             if not w.ready:
                 self.start_failures += 1
@@ -282,9 +355,8 @@ class _Pool:
             out[index] = payload
         else:
             out[index] = dict(ZERO)
-            stats.errors += 1
-            level = logging.WARNING if stats.errors == 1 else logging.DEBUG
-            log.log(level, "grade_batch: reward_fn raised on item %d: %s", index, payload)
+            stats._record_error(index, payload)
+            log.debug("grade_batch: reward_fn raised on item %d: %s", index, payload)
 
 
 _POOL: _Pool | None = None
@@ -326,7 +398,10 @@ def grade_batch(
             call asks for a different size.
 
     Returns:
-        `GradeResults`: a list of dicts of floats, with `.stats` (`GradeStats`).
+        `GradeResults`: a list of dicts of floats in input order, with `.stats` (`GradeStats`),
+        `.timeouts` and `.errors` (how many items scored 0 because grading timed out or
+        raised) and `.metrics()` (`{"grade/timeouts": ..., "grade/errors": ...}`). When
+        either count is non-zero one warning is logged (see `GradeStats.warning`).
     """
     if len(responses) != len(ground_truths):
         raise ValueError(
@@ -335,7 +410,7 @@ def grade_batch(
     if timeout <= 0:
         raise ValueError("grade_batch: timeout must be positive")
     t0 = time.monotonic()
-    stats = GradeStats(n=len(responses))
+    stats = GradeStats(n=len(responses), timeout=timeout)
     out: list[dict | None] = [None] * len(responses)
     fast = getattr(reward_fn, "fast", None)
     pending: dict[int, tuple[str, str]] = {}
@@ -347,7 +422,7 @@ def grade_batch(
             except Exception as e:  # e.g. a malformed ground truth
                 log.debug("grade_batch: fast path raised on item %d: %s", i, e)
                 decided = dict(ZERO)
-                stats.errors += 1
+                stats._record_error(i, f"{type(e).__name__}: {str(e)[:200]}")
             if decided is not None:
                 out[i] = _check_result(decided)
                 stats.fast += 1
@@ -379,6 +454,11 @@ def grade_batch(
             _POOL.run(fn_bytes, pending, timeout, out, stats)
 
     stats.seconds = time.monotonic() - t0
+    stats.timed_out.sort()
+    stats.failed.sort()
+    message = stats.warning()
+    if message:
+        log.warning(message)
     results = GradeResults(out)
     results.stats = stats
     return results

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
 import pytest
 
 import envs
-from envs import grade_batch, r1_zero_reward_fn
+from envs import grade_batch, grader, r1_zero_reward_fn
 
 LIMIT = 2.0
 
@@ -23,6 +24,14 @@ def _sleepy(response: str, ground_truth: str) -> dict:
 def _raises(response: str, ground_truth: str) -> dict:
     if response == "boom":
         raise RuntimeError("reward function failed")
+    return {"reward": 1.0, "format_reward": 1.0, "answer_reward": 1.0}
+
+
+def _sleeps_or_raises(response: str, ground_truth: str) -> dict:
+    """Raises on "boom", else sleeps `response` seconds and scores 1."""
+    if response == "boom":
+        raise ValueError("malformed answer")
+    time.sleep(float(response))
     return {"reward": 1.0, "format_reward": 1.0, "answer_reward": 1.0}
 
 
@@ -86,26 +95,70 @@ def test_results_come_back_in_input_order():
     assert out.stats.pooled == len(delays)  # no `fast` attribute: everything in workers
 
 
-def test_hung_item_is_killed_and_the_pool_recovers():
+def _grader_warnings(caplog) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "envs.grader" and r.levelno == logging.WARNING
+    ]
+
+
+def test_hung_item_is_killed_and_the_pool_recovers(caplog):
+    caplog.set_level(logging.WARNING, logger="envs.grader")
     t0 = time.monotonic()
     out = grade_batch(_sleepy, ["60", "0", "0"], ["1", "1", "1"], timeout=1.0, num_workers=2)
     assert time.monotonic() - t0 < 1.0 + 2.0
     assert [r["reward"] for r in out] == [0.0, 1.0, 1.0]
     assert out.stats.timeouts == 1
+    assert (out.timeouts, out.errors) == (1, 0)
+    assert out.stats.timed_out == [0] and out.stats.failed == []
+    assert out.metrics() == {"grade/timeouts": 1, "grade/errors": 0}
+    assert _grader_warnings(caplog) == [
+        "grade_batch: of 3 items, 1 timed out (limit 1 s); they scored 0"
+    ]
     again = grade_batch(_sleepy, ["0"] * 4, ["1"] * 4, timeout=5, num_workers=2)
     assert [r["reward"] for r in again] == [1.0] * 4
 
 
-def test_raising_reward_fn_scores_zero_and_counts_an_error():
+def test_raising_reward_fn_scores_zero_and_counts_an_error(caplog):
+    caplog.set_level(logging.WARNING, logger="envs.grader")
     out = grade_batch(_raises, ["ok", "boom", "ok"], ["1", "1", "1"], timeout=5)
     assert [r["reward"] for r in out] == [1.0, 0.0, 1.0]
     assert out.stats.errors == 1
+    assert (out.timeouts, out.errors) == (0, 1) and out.stats.failed == [1]
+    assert out.stats.first_error == "item 1: RuntimeError: reward function failed"
+    assert out.metrics() == {"grade/timeouts": 0, "grade/errors": 1}
+    (warning,) = _grader_warnings(caplog)  # one warning per call, naming the first error
+    assert "1 raised" in warning and "RuntimeError: reward function failed" in warning
+
+
+def test_timeouts_and_errors_in_one_call_are_counted_apart_and_order_is_kept(caplog):
+    caplog.set_level(logging.WARNING, logger="envs.grader")
+    responses = ["0", "60", "boom", "0", "boom"]
+    out = grade_batch(_sleeps_or_raises, responses, ["1"] * 5, timeout=1.0, num_workers=2)
+    assert [r["reward"] for r in out] == [1.0, 0.0, 0.0, 1.0, 0.0]
+    assert all(r == {"reward": 0.0, "format_reward": 0.0, "answer_reward": 0.0} for r in out[1:3])
+    assert (out.timeouts, out.errors) == (1, 2)
+    assert out.stats.timed_out == [1] and out.stats.failed == [2, 4]
+    assert out.metrics() == dict(zip(grader.METRIC_KEYS, (1, 2), strict=True))
+    assert out.metrics(prefix="eval/grade_") == {"eval/grade_timeouts": 1, "eval/grade_errors": 2}
+    assert _grader_warnings(caplog) == [out.stats.warning()]
+    assert "1 timed out (limit 1 s) and 2 raised" in out.stats.warning()
+
+
+def test_a_clean_call_reports_zero_and_warns_nothing(caplog):
+    caplog.set_level(logging.WARNING, logger="envs.grader")
+    out = grade_batch(_sleepy, ["0", "0"], ["1", "1"], timeout=5, num_workers=2)
+    assert isinstance(out, grader.GradeResults) and isinstance(out, list)
+    assert out.metrics() == {"grade/timeouts": 0, "grade/errors": 0}
+    assert out.stats.warning() is None and _grader_warnings(caplog) == []
 
 
 def test_dying_worker_scores_zero_and_is_replaced():
     out = grade_batch(_dies, ["ok", "die", "ok", "ok"], ["1"] * 4, timeout=5, num_workers=2)
     assert [r["reward"] for r in out] == [1.0, 0.0, 1.0, 1.0]
-    assert out.stats.errors == 1
+    assert out.stats.errors == 1 and out.stats.failed == [1]
+    assert "worker died (exit code 3)" in out.stats.first_error
 
 
 def test_empty_batch_and_length_mismatch():
@@ -190,6 +243,7 @@ def test_fast_path_error_scores_zero_and_counts_an_error():
     )
     assert [r["reward"] for r in out] == [0.0, 1.0]
     assert out.stats.errors == 1 and out.stats.fast == 2 and out.stats.pooled == 0
+    assert out.stats.failed == [0] and out.metrics()["grade/errors"] == 1
 
 
 def test_reward_fn_from_main_is_refused(monkeypatch):
