@@ -34,7 +34,6 @@ R1_GOLDEN = [
     (R("\\frac{3}{4}"), "\\frac{4}{3}", 0, 1),
     (R("1/3"), "\\frac{1}{3}", 1, 1),
     (R("0.33"), "\\frac{1}{3}", 0, 1),
-    (R("\\frac{2}{4}"), "\\frac{1}{2}", 1, 1),
     (R("\\frac{-2}{3}"), "-\\frac{2}{3}", 1, 1),
     (R("-2/3"), "-\\frac{2}{3}", 1, 1),
     (R("2/3"), "-\\frac{2}{3}", 0, 1),
@@ -148,7 +147,6 @@ R1_GOLDEN = [
     # a box that never closes is a wrong answer (as in the handout), not ungraded text
     (R("\\boxed{7"), "7", 0, 1),
     (R("\\boxed{\\frac{1}{2}"), "0.5", 0, 1),
-    (R("\\boxed{3} then \\boxed{7"), "3", 1, 1),  # the last closed box, as question_only
     # mutation audit: rows that pin behaviour no earlier row did
     ("<answer> 3 </answer> </think> <answer> 7", "3", 0, 0),  # </answer> only before the separator
     (R("007"), "7", 1, 1),  # an integer's leading zeros
@@ -162,13 +160,44 @@ Q_GOLDEN = [
     ("\\boxed{3} no wait, \\boxed{7}", "7", 1, 1),
     ("\\boxed{\\frac{1}{2}}", "0.5", 1, 1),
     ("\\boxed{8}", "7", 0, 1),
-    ("\\fbox{7}", "7", 1, 1),
     ("The answer is 7", "7", 0, 0),
     ("\\boxed{7", "7", 0, 0),  # unclosed box
     ("\\boxed{x = 3}", "3", 1, 1),
     ("\\boxed{81256}", "81, 256", 0, 1),
     ("so \\boxed{7\\text{ hours}}", "7\\text{ hours}.", 1, 1),
 ]
+
+
+# Where our graders differ from the handout's (cs336_alignment/drgrpo_grader.py, read, not run
+# here), as the README's "How our r1_zero grader differs from the handout's" states. Rows:
+# (difference, template, response, ground truth, ours (answer, format), handout's (answer,
+# format)); the handout's values follow from its code: format needs `</think> <answer>` and
+# `</answer>` anywhere; the answer is everything after the last `<answer>` with `</answer>`
+# deleted; the last `\boxed` is unwrapped (`\fbox` only searched when there is no `\boxed`,
+# and never unwrapped), an unclosed one scoring 0; its default fast mode compares with string
+# normalizers and sympy, where two fractions must be written identically and an integer gold
+# needs an integer answer.
+TAGS, BOX, FBOX, FRAC = "Tag order", "Last closed box", "`\\fbox`", "Unreduced fractions"
+HANDOUT_DIFFERENCES = [
+    # `</answer>` must follow `</think> <answer>`; the last complete pair is the answer
+    (TAGS, "r1_zero", "<answer> 3 </answer> </think> <answer> 7", "7", (0, 0), (1, 1)),
+    (TAGS, "r1_zero", "a </think> <answer> 7 </answer> b <answer> 3", "7", (1, 1), (0, 1)),
+    (TAGS, "r1_zero", "a </think> <answer> 7 </answer> and that is all", "7", (1, 1), (0, 1)),
+    # an unclosed last box falls back to the last box that closes
+    (BOX, "r1_zero", R("\\boxed{3} then \\boxed{7"), "3", (1, 1), (0, 1)),
+    (BOX, "r1_zero", R("\\boxed{\\frac{1}{2}} or \\boxed{0.6"), "0.5", (1, 1), (0, 1)),
+    # \fbox{} is a box like \boxed{}; the last of either counts
+    (FBOX, "r1_zero", R("\\boxed{3}, no: \\fbox{7}"), "7", (1, 1), (0, 1)),
+    (FBOX, "question_only", "\\fbox{7}", "7", (1, 1), (0, 0)),
+    (FBOX, "question_only", "\\boxed{3} no wait, \\fbox{7}", "7", (1, 1), (0, 1)),
+    # equal values are equal: unreduced fractions are accepted
+    (FRAC, "r1_zero", R("2/4"), "1/2", (1, 1), (0, 1)),
+    (FRAC, "r1_zero", R("\\frac{2}{4}"), "\\frac{1}{2}", (1, 1), (0, 1)),
+    (FRAC, "r1_zero", R("6/3"), "2", (1, 1), (0, 1)),
+    (FRAC, "question_only", "\\boxed{\\frac{6}{3}}", "2", (1, 1), (0, 1)),
+]
+R1_GOLDEN += [(r, gt, *ours) for _, t, r, gt, ours, _ in HANDOUT_DIFFERENCES if t == "r1_zero"]
+Q_GOLDEN += [(r, gt, *ours) for _, t, r, gt, ours, _ in HANDOUT_DIFFERENCES if t == "question_only"]
 
 
 def _expected(answer: int, fmt: int) -> dict:
@@ -187,6 +216,29 @@ def test_r1_zero_golden(response, gt, answer, fmt):
 @pytest.mark.parametrize(("response", "gt", "answer", "fmt"), Q_GOLDEN)
 def test_question_only_golden(response, gt, answer, fmt):
     assert question_only_reward_fn(response, gt) == _expected(answer, fmt)
+
+
+@pytest.mark.parametrize(
+    ("difference", "template", "response", "gt", "ours", "handout"),
+    HANDOUT_DIFFERENCES,
+    ids=[f"{row[0]}-{i}" for i, row in enumerate(HANDOUT_DIFFERENCES)],
+)
+def test_differences_from_the_handout_grader(difference, template, response, gt, ours, handout):
+    """Each row is a case where we score differently from the handout's drgrpo grader, as the
+    README says; a change of our grader that makes a row agree with the handout shows up here."""
+    fn = r1_zero_reward_fn if template == "r1_zero" else question_only_reward_fn
+    assert fn(response, gt) == _expected(*ours)
+    assert ours != handout
+
+
+def test_readme_names_every_difference_from_the_handout_grader():
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    start = readme.index("### How our r1_zero grader differs from the handout's")
+    section = readme[start : readme.index("\n## ", start)]
+    for difference in sorted({row[0] for row in HANDOUT_DIFFERENCES}):
+        assert f"**{difference}.**" in section, difference  # the bullet that explains it
 
 
 def test_grade_batch_agrees_with_golden_table():
