@@ -1,9 +1,12 @@
 """Reward functions: `fn(response, ground_truth) -> {"reward", "format_reward", "answer_reward"}`.
 
 * `r1_zero_reward_fn`: format 1 only if the response contains `</think> <answer>` and, after it,
-  `</answer>`. The answer is the text of the last `<answer>...</answer>`, with a `\\boxed{}`
-  inside it unwrapped (a box that never closes is a wrong answer, as in the handout).
-  reward = answer reward; format 0 implies answer 0.
+  `</answer>`. The answer is the text of the last complete `<answer>...</answer>`, with the last
+  `\\boxed{}` or `\\fbox{}` that closes inside it unwrapped (when no box closes, a box is a
+  wrong answer, as in the handout). reward = answer reward; format 0 implies answer 0.
+  Where this differs from the handout's `drgrpo_grader` (tag order, the last closed box,
+  `\\fbox`, unreduced fractions) and why: README, "How our r1_zero grader differs from the
+  handout's"; `HANDOUT_DIFFERENCES` in tests/test_envs_rewards.py pins it.
 * `question_only_reward_fn`: the answer is the content of the last `\\boxed{}` (or `\\fbox{}`);
   no box means format 0 (and answer 0).
 * `countdown_reward_fn`: r1 format with any whitespace between `</think>` and `<answer>`; the
