@@ -92,7 +92,7 @@ def masked_mean(
     tensor([2., nan])
     """
     total, count = _masked_sum_and_count(tensor, mask, dim)
-    return total / count.to(total.dtype)
+    return total / count  # the integer count, not count.to(bf16), which rounds above 256
 
 
 def masked_mean_or_zero(
@@ -117,4 +117,4 @@ def masked_mean_or_zero(
     tensor([2., 0.])
     """
     total, count = _masked_sum_and_count(tensor, mask, dim)
-    return total / count.clamp(min=1).to(total.dtype)
+    return total / count.clamp(min=1)
