@@ -705,7 +705,7 @@ class _SeparateWeightsEngine:
     def __init__(self, model, tokenizer):
         import copy
 
-        from reasoning_core.runtime.hf_engine import HFEngine
+        from reasoning_core.runtime.engines import HFEngine
 
         self.live = model
         self.inner = HFEngine(copy.deepcopy(model), tokenizer)

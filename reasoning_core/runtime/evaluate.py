@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from reasoning_core.runtime.config import ConfigError, resolve_command, save_config
+from reasoning_core.runtime.engines import make_engine
 from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams
 
 CATEGORIES = ("correct", "wrong_answer", "bad_format")
@@ -346,8 +347,6 @@ class EvalConfig:
 
 
 def build_engine(cfg: EvalConfig) -> RolloutEngine:
-    from reasoning_core.runtime.rollout import make_engine
-
     if cfg.engine == "hf":
         return make_engine("hf", cfg.model_path, None, dtype=cfg.dtype)
     return make_engine(

@@ -541,7 +541,7 @@ def rollout_params(cfg: Any):
 
 
 def make_rollout_engine(cfg: CommonConfig, model, tokenizer):
-    from reasoning_core.runtime.rollout import make_engine
+    from reasoning_core.runtime.engines import make_engine
 
     return make_engine(cfg.engine, model, tokenizer, **cfg.engine_kwargs)
 
