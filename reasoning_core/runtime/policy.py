@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from reasoning_core.runtime.config import ConfigError
 from reasoning_core.runtime.rng import seed_everything
-
-if TYPE_CHECKING:
-    from reasoning_core.runtime.settings import CommonConfig
+from reasoning_core.runtime.settings import CommonConfig
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Key of the torch.compile wrapper in the policy's instance dict (see set_compiled_forward).
