@@ -19,10 +19,9 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from reasoning_core.runtime.trackers import Tracker
+from reasoning_core.runtime.trackers import Tracker
 
 SPLITS = ("train", "eval")
 
