@@ -1,10 +1,10 @@
 """Does ``torch.compile`` lift the SFT training step's MFU? Eager against compiled, same run.
 
 Builds the randomly initialised Qwen2.5-Math-1.5B (``rrl gpu-check``'s model) in bf16 and
-times SFT optimizer steps at 128 + 1,024 tokens per row through gpu_check.measure_train_step:
-eager at each micro batch, then the same with the forward compiled (inductor). Prints MFU and
-the compiled/eager tokens-per-second ratio per micro batch and writes a JSON summary. The
-trainers do not compile yet: this measures what a ``compile`` setting would buy.
+times SFT optimizer steps (the trainers' ``sft_update``) at 128 + 1,024 tokens per row through
+gpu_check.measure_train_step: eager at each micro batch, then the same with the training
+forward compiled (inductor, as setting ``compile: true`` does). Prints MFU and the
+compiled/eager tokens-per-second ratio per micro batch and writes a JSON summary.
 
     PYTHONPATH=$PWD python3 benchmarks/gpu_compile.py --out $OUT/gpu_compile.json
     python benchmarks/gpu_compile.py --tiny          # miniature model on CPU, a smoke test
@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reasoning_core.runtime import gpu_check as gc  # noqa: E402
-from reasoning_core.runtime.trainer_common import choose_attn_implementation  # noqa: E402
+from reasoning_core.runtime.policy import choose_attn_implementation  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,17 +73,17 @@ def main(argv: list[str] | None = None) -> int:
                 )
             except Exception as exc:  # an OOM or a compile failure: record it, go on
                 r = {"error": f"{type(exc).__name__}: {exc}"[:300]}
-                gc._free_memory(device)
+                gc.free_memory(device)
             report["runs"][name] = r
-            print(f"[{time.perf_counter() - t0:6.1f}s] {name}: {gc._summary_line(r)}", flush=True)
+            print(f"[{time.perf_counter() - t0:6.1f}s] {name}: {gc.summary_line(r)}", flush=True)
         eager, comp = report["runs"][f"mb{mb}_eager"], report["runs"][f"mb{mb}_compiled"]
         if "tokens_per_s" in eager and "tokens_per_s" in comp:
             ratio = comp["tokens_per_s"] / eager["tokens_per_s"]
             report["runs"][f"mb{mb}_ratio"] = ratio
             print(f"micro batch {mb}: compiled/eager tokens/s = {ratio:.3f}", flush=True)
-        Path(args.out).write_text(json.dumps(gc._json_safe(report), indent=1))
+        Path(args.out).write_text(json.dumps(gc.json_safe(report), indent=1))
     report["wall_seconds"] = time.perf_counter() - t0
-    Path(args.out).write_text(json.dumps(gc._json_safe(report), indent=1))
+    Path(args.out).write_text(json.dumps(gc.json_safe(report), indent=1))
     return 0
 
 

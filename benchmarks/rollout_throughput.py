@@ -34,7 +34,8 @@ import torch  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
-from reasoning_core.runtime.rollout import SamplingParams, make_engine  # noqa: E402
+from reasoning_core.runtime.engines import make_engine  # noqa: E402
+from reasoning_core.runtime.rollout import SamplingParams  # noqa: E402
 
 
 def prompts(count: int) -> list[str]:
@@ -99,7 +100,7 @@ def vllm_floor(engine, batch: list[str], params: SamplingParams) -> float:
     cost alone, an upper bound for anything done on the output side."""
     import vllm as vllm_pkg
 
-    from reasoning_core.runtime.vllm_engine import _prompt_seeds
+    from reasoning_core.runtime.engines.vllm import _prompt_seeds
 
     sampling = [
         vllm_pkg.SamplingParams(

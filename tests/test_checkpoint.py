@@ -226,8 +226,8 @@ def test_resume_refuses_a_state_saved_under_other_settings(tmp_path):
     steps before and after would silently come from two different experiments."""
     from tiny_model import save_tiny_model
 
+    from reasoning_core.runtime.run import RunContext
     from reasoning_core.runtime.sft import SFTConfig
-    from reasoning_core.runtime.trainer_common import RunContext
 
     folder = save_tiny_model(tmp_path / "m")
     cfg = SFTConfig(model_path=str(folder), task="arithmetic", batch_size=8, lr=1e-3)

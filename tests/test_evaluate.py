@@ -9,7 +9,7 @@ import torch
 from tiny_model import build_model, build_tokenizer, save_tiny_model
 
 import envs
-from reasoning_core.runtime import evaluate
+from reasoning_core.runtime import evaluate, generations
 from reasoning_core.runtime.rollout import Completion, SamplingParams
 
 
@@ -266,7 +266,7 @@ def test_log_generations():
         {"reward": 1.0, "format_reward": 1.0, "answer_reward": 1.0},
         {"reward": 0.0, "format_reward": 0.0, "answer_reward": 0.0},
     ]
-    out = evaluate.log_generations(model, tokenizer, prompts, responses, ["3", "4"], rewards)
+    out = generations.log_generations(model, tokenizer, prompts, responses, ["3", "4"], rewards)
     assert not model.training  # the caller's mode is restored (an eval-mode model stays so)
     recs = out["records"]
     assert [r["reward"] for r in recs] == [1.0, 0.0]

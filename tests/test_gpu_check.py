@@ -320,3 +320,31 @@ def test_compile_benchmark_runs_tiny(tmp_path):
     ratio = compiled["tokens_per_s"] / eager["tokens_per_s"]
     assert runs["mb2_ratio"] == pytest.approx(ratio)
     assert "compiled/eager tokens/s" in proc.stdout
+
+
+@pytest.mark.parametrize("kind", ["sft", "grpo"])
+def test_timed_step_is_the_trainers_optimizer_step(monkeypatch, kind):
+    """measure_train_step times the trainers' own update (sft_update / grpo_update), whose
+    every step goes through updates.optimizer_step, not a copy of the step."""
+    from reasoning_core.runtime import updates
+    from reasoning_core.runtime.gpu_check import device as gc_device
+
+    calls: list[int] = []
+    real = updates.optimizer_step
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs["micro_batch_size"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(updates, "optimizer_step", counting)
+    cpu = torch.device("cpu")
+    model, config = gc_device.build_model(True, cpu, torch.float32, "sdpa")
+    before = [p.detach().clone() for p in model.parameters()]
+    result = gpu_check.measure_train_step(
+        model, config, kind, micro_batch=2, prompt_len=4, response_len=8, steps=2, warmup=1,
+        device=cpu,
+    )  # fmt: skip
+    assert calls == [2, 2, 2]  # one warm-up and two timed steps, one micro batch of 2 each
+    assert result["steps_timed"] == 2 and result["tokens_per_s"] > 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    assert all(p.grad is None for p in model.parameters())  # zeroed after the step

@@ -14,8 +14,9 @@ from tiny_model import (
     reference_logprobs,
 )
 
-from reasoning_core.runtime.hf_engine import sample_tokens
-from reasoning_core.runtime.rollout import Completion, RolloutEngine, SamplingParams, make_engine
+from reasoning_core.runtime.engines import make_engine
+from reasoning_core.runtime.engines.hf import sample_tokens
+from reasoning_core.runtime.rollout import Completion, RolloutEngine, SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24, stop=[])
 

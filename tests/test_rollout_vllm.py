@@ -19,7 +19,8 @@ from tiny_model import (
     save_tiny_model,
 )
 
-from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams, make_engine
+from reasoning_core.runtime.engines import make_engine
+from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams
 
 pytestmark = [
     pytest.mark.vllm,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from reasoning_core.runtime import ei, grpo, sft
+from reasoning_core.runtime import ei, grpo, sampling, sft
 from reasoning_core.runtime.metrics import read_metrics, without_time
 from reasoning_core.runtime.tinyworld import main as tiny_world_main
 
@@ -124,6 +124,7 @@ def formatted(world, tmp_path_factory) -> Path:
         (sft, SFT, {"gradient_accumulation_steps": 3}, "batch_size"),
         (sft, SFT, {"train_data": "/nonexistent/sft.jsonl"}, "train_data"),
         (sft, SFT, {"max_examples": 10_000}, "max_examples"),
+        (sft, SFT, {"trackers": ["mlflow"]}, "trackers"),
         (ei, EI, {"ei_batch_size": 0}, "ei_batch_size"),
         (ei, EI, {"gradient_accumulation_steps": 3}, "batch_size"),
         (ei, EI, {"ei_batch_size": 1000}, "ei_batch_size"),
@@ -253,8 +254,30 @@ def test_killed_run_resumes_to_the_same_metrics(world, formatted, tmp_path, modu
     assert (out / "done.json").is_file()
 
 
+def test_rng_streams_keep_the_numbers_every_saved_run_was_drawn_with():
+    """The named streams are the bare keys the trainers used before they had names: a step's
+    draws are those of ``default_rng([seed, number, *keys])``."""
+    import numpy as np
+
+    from reasoning_core.runtime.rng import Stream, step_rng, step_seed
+
+    assert {s.name: int(s) for s in Stream} == {
+        "QUESTIONS": 1,
+        "ROLLOUT_SEED": 2,
+        "GRPO_ORDER": 3,
+        "EI_ORDER": 4,
+        "SFT_SUBSET": 10,
+        "SFT_ORDER": 11,
+    }
+    for stream in Stream:
+        want = np.random.default_rng([7, int(stream), 2, 1]).permutation(20).tolist()
+        assert step_rng(7, stream, 2, 1).permutation(20).tolist() == want
+    want = int(np.random.default_rng([7, 2, 5]).integers(0, 2**31 - 1))
+    assert step_seed(7, Stream.ROLLOUT_SEED, 5) == want
+
+
 def test_lr_schedule_warms_up_then_decays_to_the_floor():
-    from reasoning_core.runtime.trainer_common import lr_factor
+    from reasoning_core.runtime.policy import lr_factor
 
     kw = {"total_steps": 100, "warmup_steps": 5, "min_ratio": 0.1}
     assert [lr_factor(s, kind="constant", **kw) for s in range(6)] == [0.2, 0.4, 0.6, 0.8, 1.0, 1.0]
@@ -316,7 +339,8 @@ def test_policy_forward_keeps_no_kv_cache(world, checkpointing):
     """Training forwards build no KV cache (with or without gradient checkpointing)."""
     import torch
 
-    from reasoning_core.runtime.trainer_common import CommonConfig, load_policy
+    from reasoning_core.runtime.policy import load_policy
+    from reasoning_core.runtime.settings import CommonConfig
 
     cfg = CommonConfig(model_path=str(world), gradient_checkpointing=checkpointing)
     model, _ = load_policy(cfg)
@@ -333,7 +357,7 @@ def test_policy_forward_keeps_no_kv_cache(world, checkpointing):
 
 
 def test_smaller_micro_batch_keeps_dividing_the_batch():
-    from reasoning_core.runtime.trainer_common import smaller_micro_batch
+    from reasoning_core.runtime.batching import smaller_micro_batch
 
     assert [smaller_micro_batch(s) for s in (2, 3, 4, 6, 8, 9, 12, 25, 7)] == [
         1,
@@ -356,7 +380,7 @@ def test_smaller_micro_batch_keeps_dividing_the_batch():
 def test_micro_batch_size_backs_off_until_the_pass_fits(capsys):
     import torch
 
-    from reasoning_core.runtime.trainer_common import MicroBatchSize
+    from reasoning_core.runtime.batching import MicroBatchSize
 
     tried, resets = [], []
 
@@ -395,9 +419,9 @@ def _oom_above(monkeypatch, max_train_rows: int, max_scoring_rows: int) -> None:
     """
     import torch
 
-    from reasoning_core.runtime import trainer_common
+    from reasoning_core.runtime import updates
 
-    real = trainer_common.policy_log_probs
+    real = updates.policy_log_probs
     over_limit = [0]
 
     def forward(model, micro, device, **kw):
@@ -410,8 +434,7 @@ def _oom_above(monkeypatch, max_train_rows: int, max_scoring_rows: int) -> None:
             raise torch.OutOfMemoryError(f"simulated: {rows} rows > {max_scoring_rows}")
         return real(model, micro, device, **kw)
 
-    monkeypatch.setattr(trainer_common, "policy_log_probs", forward)
-    monkeypatch.setattr(grpo, "policy_log_probs", forward)
+    monkeypatch.setattr(updates, "policy_log_probs", forward)
 
 
 def _train_lines(records: list[dict]) -> list[dict]:
@@ -441,7 +464,7 @@ def test_grpo_backs_off_on_out_of_memory_to_the_same_first_update(formatted, tmp
     cfg = {**GRPO, "n_grpo_steps": 2, "eval_at_start": False, "eval_every": 0, "save_every": 0}
     # Stand-in rewards (see _fake_grade): with the real grader these two steps had reward 0,
     # hence zero advantages and zero gradients, and the comparison below held for any update.
-    monkeypatch.setattr(grpo, "grade", _fake_grade)
+    monkeypatch.setattr(sampling, "grade", _fake_grade)
     reference = _run(grpo, {**cfg, "gradient_accumulation_steps": 4}, formatted, tmp_path / "r")
     _oom_above(monkeypatch, max_train_rows=2, max_scoring_rows=2)
     backed = _run(grpo, {**cfg, "gradient_accumulation_steps": 2}, formatted, tmp_path / "oom")
@@ -473,18 +496,18 @@ def _fake_grade(reward_fn, responses, ground_truths):
     return out
 
 
-def _record_rollouts(monkeypatch) -> list[dict]:
+def _record_rollouts(monkeypatch) -> list:
     """Swap in the stand-in grader; return the list that collects each GRPO rollout batch."""
     seen: list[dict] = []
-    real = grpo.rollout
+    real = grpo.sample_and_grade
 
-    def rollout(*args, **kwargs):
+    def sample_and_grade(*args, **kwargs):
         ro = real(*args, **kwargs)
         seen.append(ro)
         return ro
 
-    monkeypatch.setattr(grpo, "grade", _fake_grade)
-    monkeypatch.setattr(grpo, "rollout", rollout)
+    monkeypatch.setattr(sampling, "grade", _fake_grade)
+    monkeypatch.setattr(grpo, "sample_and_grade", sample_and_grade)
     return seen
 
 
@@ -501,11 +524,11 @@ def _reference_grpo_step(model_path, ro, cfg) -> tuple[float, float]:
 
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    batch = tokenize_prompt_and_output(ro["prompts"], ro["responses"], tokenizer)
+    batch = tokenize_prompt_and_output(ro.prompts, ro.responses, tokenizer)
     logits = model(batch["input_ids"]).logits
     log_probs = torch.log_softmax(logits.float(), -1).gather(-1, batch["labels"][..., None])[..., 0]
     mask = batch["response_mask"].float()
-    raw = torch.tensor([s["reward"] for s in ro["scores"]], dtype=torch.float64)
+    raw = torch.tensor(ro.rewards, dtype=torch.float64)
     groups = raw.view(-1, cfg["group_size"])
     adv = groups - groups.mean(dim=1, keepdim=True)
     if cfg.get("use_std_normalization", True):
@@ -559,7 +582,7 @@ def test_grpo_step_matches_a_reference_computation(world, tmp_path, monkeypatch,
     seen = _record_rollouts(monkeypatch)
     train = _train_lines(_run(grpo, cfg, world, tmp_path / "run"))
     assert len(train) == 1 and len(seen) == 1
-    rewards = [s["reward"] for s in seen[0]["scores"]]
+    rewards = seen[0].rewards
     assert train[0]["frac_constant_groups"] < 1 and len(set(rewards)) > 2, rewards
     loss, grad_norm = _reference_grpo_step(world, seen[0], cfg)
     assert train[0]["loss"] == pytest.approx(loss, rel=1e-4, abs=1e-6)
@@ -580,7 +603,7 @@ def _record_calls(monkeypatch, module, name: str) -> list[tuple]:
 
 
 def _expected_lrs(cfg: dict, total_steps: int) -> list[float]:
-    from reasoning_core.runtime.trainer_common import lr_factor
+    from reasoning_core.runtime.policy import lr_factor
 
     kw = {"total_steps": total_steps, "warmup_steps": cfg["warmup_steps"], "min_ratio": 0.0}
     return [cfg["lr"] * lr_factor(s, kind=cfg["lr_scheduler"], **kw) for s in range(total_steps)]
@@ -603,13 +626,13 @@ def test_grpo_epochs_reuse_the_sampling_policy_log_probs(world, tmp_path, monkey
     }
     _record_rollouts(monkeypatch)
     calls: list[list[int]] = []
-    real = grpo.accumulate_gradients
+    real = grpo.grpo_update
 
-    def accumulate(size, **kw):
-        calls.append(sorted(kw["rows"].tolist()))
-        return real(size, **kw)
+    def update(*args, **kw):
+        calls.append(sorted(args[4].tolist()))
+        return real(*args, **kw)
 
-    monkeypatch.setattr(grpo, "accumulate_gradients", accumulate)
+    monkeypatch.setattr(grpo, "grpo_update", update)
     train = _train_lines(_run(grpo, cfg, world, tmp_path / "run"))
     assert [r["step"] for r in train] == [1, 2, 3, 4]
     assert len(calls) == 4
@@ -653,7 +676,7 @@ def test_ei_trains_on_the_correct_rollouts_for_every_sft_epoch(world, tmp_path, 
         graded.append((list(responses), scores))
         return scores
 
-    monkeypatch.setattr(ei, "grade", grade)
+    monkeypatch.setattr(sampling, "grade", grade)
     tokenized = _record_calls(monkeypatch, ei, "tokenize_pairs")
     updates = _record_calls(monkeypatch, ei, "sft_update")
     train = _train_lines(_run(ei, cfg, world, tmp_path / "run"))
@@ -686,7 +709,7 @@ def test_an_update_moves_the_weights_by_the_clipped_gradient(world, tmp_path, mo
     if module == "sft":
         cfg = {**SFT, **QUIET, "sft_pool_size": 4, **optim}
     else:
-        monkeypatch.setattr(grpo, "grade", _fake_grade)
+        monkeypatch.setattr(sampling, "grade", _fake_grade)
         cfg = {**GRPO, **QUIET, "n_grpo_steps": 1, "rollout_batch_size": 8, **optim}
     mod = {"sft": sft, "grpo": grpo}[module]
     (line,) = _train_lines(_run(mod, cfg, world, tmp_path / "run"))
@@ -705,7 +728,7 @@ class _SeparateWeightsEngine:
     def __init__(self, model, tokenizer):
         import copy
 
-        from reasoning_core.runtime.hf_engine import HFEngine
+        from reasoning_core.runtime.engines import HFEngine
 
         self.live = model
         self.inner = HFEngine(copy.deepcopy(model), tokenizer)
@@ -724,17 +747,17 @@ class _SeparateWeightsEngine:
 
 @pytest.mark.parametrize("module", ["grpo", "ei"])
 def test_rollouts_and_evals_sample_from_the_current_weights(world, tmp_path, monkeypatch, module):
-    from reasoning_core.runtime import trainer_common
+    from reasoning_core.runtime import run
 
     engines: list[_SeparateWeightsEngine] = []
 
-    def make(cfg, model, tokenizer):
+    def make(kind, model, tokenizer, **kwargs):
         engines.append(_SeparateWeightsEngine(model, tokenizer))
         return engines[-1]
 
-    monkeypatch.setattr(trainer_common, "make_rollout_engine", make)
+    monkeypatch.setattr(run, "make_engine", make)
     mod = {"grpo": grpo, "ei": ei}[module]
-    monkeypatch.setattr(mod, "grade", _fake_grade)
+    monkeypatch.setattr(sampling, "grade", _fake_grade)
     # No evaluation between the steps (its weight sync would hide a missing one before a
     # rollout); one at the start and one at the end.
     small = {"eval_at_start": True, "eval_every": 0, "save_every": 0, "eval_examples": 2}
@@ -757,7 +780,7 @@ def test_each_update_starts_from_a_zero_gradient(world, tmp_path, monkeypatch, m
     if module == "sft":
         cfg = {**SFT, **QUIET, "sft_pool_size": 4, "epochs": 2, **optim}
     else:
-        monkeypatch.setattr(grpo, "grade", _fake_grade)
+        monkeypatch.setattr(sampling, "grade", _fake_grade)
         cfg = {**GRPO, **QUIET, "n_grpo_steps": 1, "rollout_batch_size": 8}
         cfg |= {"epochs_per_rollout_batch": 2, "loss_type": "reinforce_with_baseline", **optim}
     mod = {"sft": sft, "grpo": grpo}[module]
@@ -809,17 +832,17 @@ def test_sft_step_matches_a_reference_computation(world, tmp_path, monkeypatch):
 def test_compiled_training_forward_gives_the_eager_updates(world, tmp_path, monkeypatch):
     """compile: true sends the training forwards (and only those) through torch.compile; the
     updates match the eager run's up to compiled float rounding."""
-    from reasoning_core.runtime import trainer_common
+    from reasoning_core.runtime import batching
 
     calls: list[str] = []
-    real_forward = trainer_common.training_forward
+    real_forward = batching.training_forward
 
     def forward(model):
         wrapped = real_forward(model)
         calls.append(type(wrapped).__name__)
         return wrapped
 
-    monkeypatch.setattr(trainer_common, "training_forward", forward)
+    monkeypatch.setattr(batching, "training_forward", forward)
     cfg = {**SFT, "eval_at_start": False, "eval_every": 0, "save_every": 0}
     eager = _train_lines(_run(sft, cfg, world, tmp_path / "eager"))
     assert set(calls) == {"Qwen2ForCausalLM"}
@@ -830,3 +853,20 @@ def test_compiled_training_forward_gives_the_eager_updates(world, tmp_path, monk
     for a, b in zip(eager, compiled, strict=True):
         for key in ("loss", "grad_norm", "entropy"):
             assert b[key] == pytest.approx(a[key], rel=1e-3), key
+
+
+def test_tensorboard_tracker_gets_the_runs_metrics_lines(world, tmp_path):
+    """trackers: [tensorboard] sends every train and eval line of a run to TensorBoard too,
+    at the same steps and values as metrics.jsonl (which is still written)."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg = {**SFT, **QUIET, "sft_pool_size": 8, "eval_at_start": True, "trackers": ["tensorboard"]}
+    records = _run(sft, cfg, world, tmp_path / "run")
+    events = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    events.Reload()
+    for split, key in (("train", "loss"), ("train", "grad_norm"), ("eval", "accuracy")):
+        want = [(r["step"], r[key]) for r in records if r["split"] == split]
+        got = [(e.step, e.value) for e in events.Scalars(f"{split}/{key}")]
+        assert len(want) >= 2 and [s for s, _ in got] == [s for s, _ in want], key
+        assert [v for _, v in got] == pytest.approx([v for _, v in want], rel=1e-6), key

@@ -51,7 +51,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
-    """Exceptions whose message is written for the user (see the module docstring)."""
+    """Exceptions whose message is written for the user (see the module docstring).
+
+    Imported here, not at the top, for the same reason as the subcommands: the checkpoint
+    module imports torch, which ``rrl plot`` and ``rrl summary`` do without."""
     from envs.base import DataError
     from reasoning_core.runtime.checkpoint import StateError
     from reasoning_core.runtime.config import ConfigError

@@ -21,29 +21,30 @@ import math
 import time
 from dataclasses import dataclass
 
+from reasoning_core.runtime.batching import MicroBatchSize, tokenize_pairs
 from reasoning_core.runtime.config import ConfigError
-from reasoning_core.runtime.trainer_common import (
-    CommonConfig,
-    MicroBatchSize,
+from reasoning_core.runtime.rng import Stream, step_rng
+from reasoning_core.runtime.run import (
     after_iteration,
+    finish_training,
+    progress,
+    run_main,
+    setup_training,
+    start_run,
+)
+from reasoning_core.runtime.sampling import (
+    Rollouts,
+    load_questions,
+    reward_means,
+    sample_and_grade,
+)
+from reasoning_core.runtime.settings import (
+    CommonConfig,
     check_at_least_one,
     check_divisible,
     check_sampling,
-    finish_training,
-    grade,
-    load_questions,
-    progress,
-    response_entropy,
-    reward_means,
-    rollout_params,
-    run_main,
-    setup_training,
-    sft_update,
-    start_run,
-    step_rng,
-    step_seed,
-    tokenize_pairs,
 )
+from reasoning_core.runtime.updates import response_entropy, sft_update
 
 
 @dataclass
@@ -81,27 +82,24 @@ class EIConfig(CommonConfig):
 
 
 def train(cfg: EIConfig, out: str) -> dict:
+    """Run expert iteration into ``out`` (resuming from ``out/state``); returns ``done.json``'s
+    data."""
     started = start_run(cfg, out, "ei")
     if started is None:
         return {}
     device, task = started
-    reward_fn = task.reward_fn(cfg.template)
     questions = load_questions(
         cfg,
         task,
         cfg.ei_batch_size,
         f"setting 'ei_batch_size' ({cfg.ei_batch_size}) exceeds the {{n}} training questions",
     )
+    rollouts = Rollouts.from_config(cfg, task, questions)
     # Upper bound (every rollout kept); only matters for decaying schedules.
     max_kept = cfg.ei_batch_size * cfg.group_size
-    tr = setup_training(
-        cfg, out, "ei", task, cfg.n_ei_steps * cfg.sft_epochs * math.ceil(max_kept / cfg.batch_size)
-    )
-    run, model, tokenizer, engine = tr.run, tr.model, tr.tokenizer, tr.engine
-    optimizer, scheduler = tr.optimizer, tr.scheduler
-    ei_step = tr.counters["ei_step"] if tr.counters else 0
-    step = tr.counters["opt_step"] if tr.counters else 0
-    params = rollout_params(cfg)
+    total_steps = cfg.n_ei_steps * cfg.sft_epochs * math.ceil(max_kept / cfg.batch_size)
+    t = setup_training(cfg, out, "ei", task, total_steps)
+    ei_step, step = t.resumed("ei_step"), t.resumed("opt_step")
     micro = MicroBatchSize(cfg.micro_batch_size, backoff=cfg.oom_backoff, name="ei")
     # The no-gradient entropy pass takes larger micro batches, with a back-off of its own.
     score_micro = MicroBatchSize(
@@ -110,77 +108,56 @@ def train(cfg: EIConfig, out: str) -> dict:
 
     bar = progress(total=cfg.n_ei_steps, initial=ei_step, desc="ei", enabled=cfg.progress)
     while ei_step < cfg.n_ei_steps:
-        picked = step_rng(cfg.seed, 1, ei_step).choice(
-            len(questions), cfg.ei_batch_size, replace=False
-        )
-        batch_q = [questions[int(i)] for i in picked]
-        prompts = [task.format_prompt(q, cfg.template) for q in batch_q]
-        t0 = time.perf_counter()
-        engine.sync_weights(model)
-        t1 = time.perf_counter()
-        outs = engine.generate(prompts, params.replace(seed=step_seed(cfg.seed, 2, ei_step)))
-        t2 = time.perf_counter()
-        all_p, all_r, all_gt, lengths = [], [], [], []
-        for prompt, q, group in zip(prompts, batch_q, outs, strict=True):
-            for c in group:
-                all_p.append(prompt)
-                all_r.append(c.text)
-                all_gt.append(q.ground_truth)
-                lengths.append(len(c.token_ids))
-        scores = grade(reward_fn, all_r, all_gt)
-        t3 = time.perf_counter()
-        kept = [i for i, s in enumerate(scores) if s["reward"] >= 1.0]
+        # 1. Sample group_size responses to each of this step's questions; grade them.
+        ro = sample_and_grade(t.engine, t.model, rollouts, step=ei_step, count=cfg.ei_batch_size)
+        t_graded = time.perf_counter()
+        # 2. Keep the correct ones (reward 1: right format and answer).
+        kept = ro.correct()
         line = {
             "ei_step": ei_step + 1,
-            **reward_means(scores),
+            **reward_means(ro.scores),
             "kept": len(kept),
-            "rollout/response_length": sum(lengths) / len(lengths),
+            "rollout/response_length": ro.mean_length,
         }
         if cfg.log_rollout_entropy:
-            rollout_batch = tokenize_pairs(all_p, all_r, tokenizer)
-            line["rollout/entropy"] = response_entropy(model, rollout_batch, device, score_micro)
-            line["time/entropy"] = time.perf_counter() - t3
-        # time/grade is grading alone, as in GRPO; the entropy pass has its own key.
-        line["time/sync"] = t1 - t0
-        line["time/rollout"] = t2 - t1
-        line["time/grade"] = t3 - t2
-        run.log(line, step=step, split="train")
-
+            rollout_tokens = tokenize_pairs(ro.prompts, ro.responses, t.tokenizer)
+            line["rollout/entropy"] = response_entropy(t.model, rollout_tokens, device, score_micro)
+            line["time/entropy"] = time.perf_counter() - t_graded
+        t.run.log({**line, **ro.seconds}, step=step, split="train")
+        # 3. SFT on the kept pairs: sft_epochs epochs, each in a new order.
         if kept:
-            sft_batch = tokenize_pairs(
-                [all_p[i] for i in kept], [all_r[i] for i in kept], tokenizer
+            sft_tokens = tokenize_pairs(
+                [ro.prompts[i] for i in kept], [ro.responses[i] for i in kept], t.tokenizer
             )
-            n = len(kept)
             for epoch in range(cfg.sft_epochs):
-                order = step_rng(cfg.seed, 4, ei_step, epoch).permutation(n)
-                for start in range(0, n, cfg.batch_size):
-                    t = time.perf_counter()
+                order = step_rng(cfg.seed, Stream.EI_ORDER, ei_step, epoch).permutation(len(kept))
+                for start in range(0, len(kept), cfg.batch_size):
+                    t0 = time.perf_counter()
                     stats = sft_update(
-                        model,
-                        optimizer,
-                        scheduler,
-                        sft_batch,
+                        t.model,
+                        t.optimizer,
+                        t.scheduler,
+                        sft_tokens,
                         order[start : start + cfg.batch_size].tolist(),
                         micro_batch_size=micro,
                         device=device,
                         max_grad_norm=cfg.max_grad_norm,
                         normalize_constant=cfg.normalize_constant,
                     )
-                    if micro.changed:  # logged only after an out-of-memory back-off
-                        stats["micro_batch_size"] = micro.size
                     step += 1
                     stats["ei_step"] = ei_step + 1
-                    stats["time/train"] = time.perf_counter() - t
-                    run.log(stats, step=step, split="train")
-                    run.maybe_exit(step)
+                    stats["time/train"] = time.perf_counter() - t0
+                    t.run.log(stats, step=step, split="train")
+                    t.run.maybe_exit(step)
         ei_step += 1
         bar.update(1)
         bar.set_postfix(reward=f"{line['reward']:.3f}", kept=len(kept), refresh=False)
+        # 4. Evaluate every eval_every iterations and at the end; save every save_every.
         after_iteration(
-            tr, done=ei_step, total=cfg.n_ei_steps, step=step, ei_step=ei_step, opt_step=step
+            t, done=ei_step, total=cfg.n_ei_steps, step=step, ei_step=ei_step, opt_step=step
         )
     bar.close()
-    return finish_training(tr, step=step)
+    return finish_training(t, step=step)
 
 
 def main(argv: list[str] | None = None) -> int:

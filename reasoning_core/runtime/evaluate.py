@@ -5,8 +5,8 @@
   trainers call it for their periodic evaluation.
 - :func:`category_report`: the handout's three categories (format 1 & answer 1; format 1 &
   answer 0; format 0) with counts and a few examples each.
-- :func:`log_generations`: the in-the-loop logging of SPEC section 1 (records with rewards and
-  mean token entropy, plus mean response lengths overall / correct / incorrect).
+- :func:`~reasoning_core.runtime.generations.log_generations` (SPEC section 1), the
+  in-the-loop logging, is in its own module beside this one.
 - ``rrl eval --config F --out DIR`` (:func:`main`): writes ``config.yaml``,
   ``generations/step_000000.jsonl`` (per example: prompt, response, ground truth, the three
   rewards, response length in tokens, finish reason), ``summary.json`` (metrics and categories),
@@ -22,7 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+from tqdm import tqdm
+
+import envs
+from reasoning_core.runtime.checkpoint import check_model_folder
 from reasoning_core.runtime.config import ConfigError, resolve_command, save_config
+from reasoning_core.runtime.engines import make_engine
+from reasoning_core.runtime.metrics import MetricsWriter, write_generations, write_json_atomic
 from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams
 
 CATEGORIES = ("correct", "wrong_answer", "bad_format")
@@ -33,15 +39,15 @@ CATEGORY_HELP = {
 }
 
 
-def _is_one(x: float) -> bool:
+def is_one(x: float) -> bool:
     return x >= 1.0 - 1e-9
 
 
 def category(record: dict[str, Any]) -> str:
     """``correct`` / ``wrong_answer`` / ``bad_format`` from a record's rewards."""
-    if not _is_one(record["format_reward"]):
+    if not is_one(record["format_reward"]):
         return "bad_format"
-    return "correct" if _is_one(record["answer_reward"]) else "wrong_answer"
+    return "correct" if is_one(record["answer_reward"]) else "wrong_answer"
 
 
 class EvalResult(NamedTuple):
@@ -89,16 +95,12 @@ def evaluate_policy(
         grade_timeout, num_workers: passed to ``envs.grade_batch`` (its defaults when None).
         progress: show a progress bar over examples (stderr).
     """
-    import envs
-
     t0 = time.perf_counter()
     prompts = [task.format_prompt(ex, template) for ex in examples]
     step = batch_size or max(1, len(prompts))
     completions = []
     bar = None
     if progress:
-        from tqdm import tqdm
-
         bar = tqdm(total=len(prompts), desc="generate", unit="ex", file=sys.stderr)
     for start in range(0, len(prompts), step):
         chunk = prompts[start : start + step]
@@ -183,102 +185,6 @@ def category_report(records: list[dict[str, Any]], examples_per_category: int = 
 
 
 # ---------------------------------------------------------------------------------------------
-# log_generations (SPEC section 1)
-
-
-def log_generations(
-    model: Any,
-    tokenizer: Any,
-    prompts: list[str],
-    responses: list[str],
-    ground_truths: list[str],
-    rewards: list[dict[str, float]] | None = None,
-    *,
-    reward_fn: Any = None,
-    micro_batch_size: int = 8,
-) -> dict[str, Any]:
-    """In-the-loop generation logging; returns records, the caller writes them.
-
-    For each (prompt, response, ground truth): the format/answer/total reward (from ``rewards``,
-    or graded with ``reward_fn`` through ``envs.grade_batch``) and the mean entropy of the
-    model's next-token distribution over the response tokens. Also the mean response length
-    (tokens) over all responses, over correct ones (answer reward 1) and over incorrect ones
-    (None when there are none).
-
-    Returns ``{"records": [...], "mean_response_length", "mean_response_length_correct",
-    "mean_response_length_incorrect", "mean_token_entropy"}``.
-    """
-    import torch
-
-    from reasoning_core import get_response_log_probs, tokenize_prompt_and_output
-
-    if not len(prompts) == len(responses) == len(ground_truths):
-        raise ValueError("prompts, responses and ground_truths must have the same length")
-    if rewards is None:
-        if reward_fn is None:
-            raise ValueError("log_generations needs rewards or a reward_fn")
-        import envs
-
-        rewards = list(envs.grade_batch(reward_fn, list(responses), list(ground_truths)))
-    device = next(model.parameters()).device
-    entropies: list[float] = []
-    lengths: list[int] = []
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            for start in range(0, len(prompts), micro_batch_size):
-                sl = slice(start, start + micro_batch_size)
-                batch = tokenize_prompt_and_output(
-                    prompt_strs=list(prompts[sl]),
-                    output_strs=list(responses[sl]),
-                    tokenizer=tokenizer,
-                )
-                out = get_response_log_probs(
-                    model=model,
-                    input_ids=batch["input_ids"].to(device),
-                    labels=batch["labels"].to(device),
-                    return_token_entropy=True,
-                )
-                mask = batch["response_mask"].to(device).float()
-                count = mask.sum(-1)
-                ent = (out["token_entropy"].float() * mask).sum(-1) / count.clamp(min=1)
-                entropies.extend(ent.tolist())
-                lengths.extend(int(c) for c in count.tolist())
-    finally:
-        model.train(was_training)
-
-    records = []
-    for i in range(len(prompts)):
-        r = rewards[i]
-        records.append(
-            {
-                "prompt": prompts[i],
-                "response": responses[i],
-                "ground_truth": ground_truths[i],
-                "reward": float(r["reward"]),
-                "format_reward": float(r["format_reward"]),
-                "answer_reward": float(r["answer_reward"]),
-                "mean_token_entropy": entropies[i],
-                "response_length": lengths[i],
-            }
-        )
-
-    def mean(xs: list[float]) -> float | None:
-        return sum(xs) / len(xs) if xs else None
-
-    correct = [rec["response_length"] for rec in records if _is_one(rec["answer_reward"])]
-    wrong = [rec["response_length"] for rec in records if not _is_one(rec["answer_reward"])]
-    return {
-        "records": records,
-        "mean_response_length": mean([float(x) for x in lengths]),
-        "mean_response_length_correct": mean([float(x) for x in correct]),
-        "mean_response_length_incorrect": mean([float(x) for x in wrong]),
-        "mean_token_entropy": mean(entropies),
-    }
-
-
-# ---------------------------------------------------------------------------------------------
 # rrl eval
 
 
@@ -310,8 +216,6 @@ class EvalConfig:
     examples_per_category: int = 3
 
     def validate(self) -> None:
-        import envs
-
         if self.task not in envs.task_names():
             raise ConfigError(
                 f"setting 'task' must be one of {envs.task_names()}, got {self.task!r}"
@@ -328,8 +232,6 @@ class EvalConfig:
             self.sampling_params()
         except ValueError as exc:
             raise ConfigError(f"sampling settings: {exc}") from exc
-        from reasoning_core.runtime.checkpoint import check_model_folder
-
         check_model_folder(self.model_path)  # last: the cheap settings are named first
 
     def sampling_params(self) -> SamplingParams:
@@ -346,8 +248,6 @@ class EvalConfig:
 
 
 def build_engine(cfg: EvalConfig) -> RolloutEngine:
-    from reasoning_core.runtime.rollout import make_engine
-
     if cfg.engine == "hf":
         return make_engine("hf", cfg.model_path, None, dtype=cfg.dtype)
     return make_engine(
@@ -364,9 +264,6 @@ def build_engine(cfg: EvalConfig) -> RolloutEngine:
 
 def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict[str, Any]:
     """Run the evaluation described by ``cfg`` into folder ``out``; returns ``done.json``'s data."""
-    import envs
-    from reasoning_core.runtime.metrics import MetricsWriter, write_generations, write_json_atomic
-
     out = Path(out)
     if (out / "done.json").is_file():
         print(f"[eval] {out} is already complete (done.json)", file=sys.stderr)
@@ -466,7 +363,7 @@ __all__ = [
     "category",
     "category_report",
     "evaluate_policy",
-    "log_generations",
+    "is_one",
     "main",
     "run_eval",
     "summarize",

@@ -18,37 +18,41 @@ Run: ``rrl grpo --config workflow/config/methods/tiny.yaml --set model_path=... 
 
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
+from reasoning_core import LOSS_TYPES, group_normalize
+from reasoning_core.runtime.batching import MicroBatchSize, tokenize_pairs
 from reasoning_core.runtime.config import ConfigError
-from reasoning_core.runtime.trainer_common import (
-    CommonConfig,
-    MicroBatchSize,
+from reasoning_core.runtime.rng import Stream, step_seed
+from reasoning_core.runtime.run import (
     after_iteration,
-    check_at_least_one,
-    check_divisible,
-    check_sampling,
     finish_training,
-    grade,
-    load_questions,
-    masked_token_mean,
-    micro_batches,
-    policy_log_probs,
     progress,
-    reward_means,
-    rollout_params,
     run_main,
     setup_training,
     start_run,
-    step_rng,
-    step_seed,
-    tokenize_pairs,
-    with_micro_batch,
+)
+from reasoning_core.runtime.sampling import (
+    Rollouts,
+    load_questions,
+    reward_means,
+    sample_and_grade,
+)
+from reasoning_core.runtime.settings import (
+    CommonConfig,
+    check_at_least_one,
+    check_divisible,
+    check_sampling,
+)
+from reasoning_core.runtime.updates import (
+    PolicyGradientLoss,
+    ScoredRollouts,
+    compute_old_log_probs,
+    grpo_update,
 )
 
 RATIO_LOSSES = ("grpo_clip", "grpo_no_clip")
@@ -81,8 +85,6 @@ class GRPOConfig(CommonConfig):
     save_every: int = 5  # GRPO steps
 
     def validate(self) -> None:
-        from reasoning_core import LOSS_TYPES
-
         if self.loss_type not in LOSS_TYPES:
             raise ConfigError(
                 f"setting 'loss_type' must be one of {list(LOSS_TYPES)}, got {self.loss_type!r}"
@@ -135,128 +137,34 @@ class GRPOConfig(CommonConfig):
     def needs_old_log_probs(self) -> bool:
         return self.loss_type in RATIO_LOSSES
 
-
-def rollout(cfg: GRPOConfig, engine, model, examples, task, reward_fn, grpo_step: int, params):
-    """Sample ``group_size`` responses for this step's questions; grade them."""
-    rng = step_rng(cfg.seed, 1, grpo_step)
-    picked = rng.choice(len(examples), size=cfg.n_prompts_per_rollout_batch, replace=False)
-    questions = [examples[int(i)] for i in picked]
-    prompts = [task.format_prompt(ex, cfg.template) for ex in questions]
-    t0 = time.perf_counter()
-    engine.sync_weights(model)
-    t1 = time.perf_counter()
-    outs = engine.generate(prompts, params.replace(seed=step_seed(cfg.seed, 2, grpo_step)))
-    t2 = time.perf_counter()
-    rep_prompts, responses, truths, lengths = [], [], [], []
-    for prompt, ex, group in zip(prompts, questions, outs, strict=True):
-        assert len(group) == cfg.group_size, "engine returned the wrong number of samples"
-        for completion in group:
-            rep_prompts.append(prompt)
-            responses.append(completion.text)
-            truths.append(ex.ground_truth)
-            lengths.append(len(completion.token_ids))
-    scores = grade(reward_fn, responses, truths)
-    return {
-        "prompts": rep_prompts,
-        "responses": responses,
-        "ground_truths": truths,
-        "scores": scores,
-        "lengths": lengths,
-        "time/sync": t1 - t0,
-        "time/rollout": t2 - t1,
-        "time/grade": time.perf_counter() - t2,
-    }
-
-
-@torch.no_grad()
-def compute_old_log_probs(
-    model, batch, device, micro_batch_size: int | MicroBatchSize
-) -> torch.Tensor:
-    """Log-probs of every response token under the current (sampling) policy, no gradient."""
-    n, width = batch["input_ids"].shape
-
-    def score(size: int) -> torch.Tensor:
-        old = torch.zeros(n, width, dtype=torch.float32)
-        for micro in micro_batches(batch, list(range(n)), size):
-            lp, _ = policy_log_probs(model, micro, device, with_entropy=False)
-            old[micro["rows"], : lp.shape[1]] = lp.float().cpu()
-        return old
-
-    return with_micro_batch(micro_batch_size, score)
-
-
-def accumulate_gradients(
-    size: int,
-    *,
-    model,
-    optimizer,
-    cfg: GRPOConfig,
-    batch: dict,
-    rows: torch.Tensor,
-    raw: torch.Tensor,
-    advantages: torch.Tensor,
-    old: torch.Tensor | None,
-    device: torch.device,
-    normalize_constant: float,
-) -> tuple[float, float, int, float]:
-    """The gradient of one train batch (``rows`` of the rollout batch), accumulated over micro
-    batches of ``size`` rows from zero. Returns the loss, the sum and count of response-token
-    entropies and the token-weighted clip-fraction sum."""
-    from reasoning_core import grpo_microbatch_train_step
-
-    optimizer.zero_grad(set_to_none=True)
-    # Equal micro batches (size divides train_batch_size): the mean of their means over
-    # `steps` is the batch mean.
-    steps = len(rows) // size
-    loss_sum, ent_sum, ent_n, clip_sum = 0.0, 0.0, 0, 0.0
-    for mb in micro_batches(batch, rows, size):
-        r = mb["rows"]
-        width = mb["input_ids"].shape[1]
-        log_probs, entropy = policy_log_probs(model, mb, device)
-        mask = mb["response_mask"].to(device)
-        loss, meta = grpo_microbatch_train_step(
-            policy_log_probs=log_probs,
-            response_mask=mask,
-            gradient_accumulation_steps=steps,
-            loss_type=cfg.loss_type,
-            raw_rewards=raw[r].unsqueeze(1).to(device),
-            advantages=advantages[r].unsqueeze(1).to(device),
-            old_log_probs=None if old is None else old[r, :width].to(device),
-            cliprange=cfg.cliprange,
-            length_norm=cfg.length_normalization,
-            normalize_constant=normalize_constant,
+    @property
+    def loss(self) -> PolicyGradientLoss:
+        """The objective; ``masked_normalize`` divides by ``normalize_constant``, by default
+        the sampling ``max_tokens``."""
+        return PolicyGradientLoss(
+            loss_type=self.loss_type,
+            cliprange=self.cliprange,
+            length_norm=self.length_normalization,
+            normalize_constant=self.normalize_constant or float(self.sampling_max_tokens),
         )
-        loss_sum += float(loss)
-        s, c = masked_token_mean(entropy, mask)
-        ent_sum, ent_n = ent_sum + s, ent_n + c
-        clip_sum += float(meta["clip_fraction"]) * c
-    return loss_sum, ent_sum, ent_n, clip_sum
 
 
 def train(cfg: GRPOConfig, out: str) -> dict:
-    from reasoning_core import group_normalize
-
+    """Run GRPO into folder ``out`` (resuming from ``out/state``); returns ``done.json``'s data."""
     started = start_run(cfg, out, "grpo")
     if started is None:
         return {}
     device, task = started
-    reward_fn = task.reward_fn(cfg.template)
-    examples = load_questions(
+    questions = load_questions(
         cfg,
         task,
         cfg.n_prompts_per_rollout_batch,
         "setting 'train_examples': {n} training questions, fewer than the "
         f"{cfg.n_prompts_per_rollout_batch} prompts of one rollout batch",
     )
-    total_steps = cfg.n_grpo_steps * cfg.steps_per_rollout_batch
-    tr = setup_training(cfg, out, "grpo", task, total_steps)
-    run, model, tokenizer, engine = tr.run, tr.model, tr.tokenizer, tr.engine
-    optimizer, scheduler = tr.optimizer, tr.scheduler
-    grpo_step = tr.counters["grpo_step"] if tr.counters else 0
-    opt_step = tr.counters["opt_step"] if tr.counters else 0
-    params = rollout_params(cfg)
-    norm_constant = cfg.normalize_constant or float(cfg.sampling_max_tokens)
-    n_train_batches = cfg.rollout_batch_size // cfg.train_batch_size
+    rollouts = Rollouts.from_config(cfg, task, questions)
+    t = setup_training(cfg, out, "grpo", task, cfg.n_grpo_steps * cfg.steps_per_rollout_batch)
+    grpo_step, opt_step = t.resumed("grpo_step"), t.resumed("opt_step")
     micro = MicroBatchSize(cfg.micro_batch_size, backoff=cfg.oom_backoff, name="grpo")
     score_micro = MicroBatchSize(
         cfg.micro_batch_size, backoff=cfg.oom_backoff, name="grpo old log-probs"
@@ -264,80 +172,63 @@ def train(cfg: GRPOConfig, out: str) -> dict:
 
     bar = progress(total=cfg.n_grpo_steps, initial=grpo_step, desc="grpo", enabled=cfg.progress)
     while grpo_step < cfg.n_grpo_steps:
-        ro = rollout(cfg, engine, model, examples, task, reward_fn, grpo_step, params)
-        t_train = time.perf_counter()
-        raw = torch.tensor([s["reward"] for s in ro["scores"]], dtype=torch.float32)
+        # 1. Sample group_size responses to each of this step's questions; grade them.
+        ro = sample_and_grade(
+            t.engine, t.model, rollouts, step=grpo_step, count=cfg.n_prompts_per_rollout_batch
+        )
+        t_prepare = time.perf_counter()
+        # 2. Group-normalized advantages of the rewards.
+        raw = torch.tensor(ro.rewards, dtype=torch.float32)
         advantages, adv_meta = group_normalize(
             raw_rewards=raw,
             group_size=cfg.group_size,
             advantage_eps=cfg.advantage_eps,
             normalize_by_std=cfg.use_std_normalization,
         )
-        batch = tokenize_pairs(ro["prompts"], ro["responses"], tokenizer)
+        # 3. Tokenize once; 4. the sampling policy's log-probs, when the loss has a ratio.
+        tokens = tokenize_pairs(ro.prompts, ro.responses, t.tokenizer)
         old = None
         if cfg.needs_old_log_probs:
-            old = compute_old_log_probs(model, batch, device, score_micro)
-        rollout_stats = reward_means(ro["scores"])
-        rollout_stats["response_length"] = sum(ro["lengths"]) / len(ro["lengths"])
-        rollout_stats["frac_constant_groups"] = float(adv_meta["frac_constant_groups"])
-        first_step_of_batch = True
+            old = compute_old_log_probs(t.model, tokens, device, score_micro)
+        scored = ScoredRollouts(tokens, raw, advantages, old)
+        rollout_stats = {
+            **reward_means(ro.scores),
+            "response_length": ro.mean_length,
+            "frac_constant_groups": float(adv_meta["frac_constant_groups"]),
+        }
+        # Rollout-side timings go on the first optimizer step of this rollout batch.
+        timings = {**ro.seconds, "time/prepare": time.perf_counter() - t_prepare}
+        # 5. Epochs over the rollout batch, each in a new order, in train batches.
         for epoch in range(cfg.epochs_per_rollout_batch):
-            gen = torch.Generator().manual_seed(step_seed(cfg.seed, 3, grpo_step, epoch))
+            gen = torch.Generator().manual_seed(
+                step_seed(cfg.seed, Stream.GRPO_ORDER, grpo_step, epoch)
+            )
             order = torch.randperm(cfg.rollout_batch_size, generator=gen)
-            for b in range(n_train_batches):
-                rows = order[b * cfg.train_batch_size : (b + 1) * cfg.train_batch_size]
+            for rows in order.split(cfg.train_batch_size):
                 t0 = time.perf_counter()
-                lr = optimizer.param_groups[0]["lr"]
-
-                reset = lambda: optimizer.zero_grad(set_to_none=True)  # noqa: E731
-                accumulate = functools.partial(
-                    accumulate_gradients,
-                    model=model,
-                    optimizer=optimizer,
-                    cfg=cfg,
-                    batch=batch,
-                    rows=rows,
-                    raw=raw,
-                    advantages=advantages,
-                    old=old,
+                stats = grpo_update(
+                    t.model,
+                    t.optimizer,
+                    t.scheduler,
+                    scored,
+                    rows,
+                    loss=cfg.loss,
+                    micro_batch_size=micro,
                     device=device,
-                    normalize_constant=norm_constant,
+                    max_grad_norm=cfg.max_grad_norm,
                 )
-                loss_sum, ent_sum, ent_n, clip_sum = micro.call(accumulate, reset=reset)
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
                 opt_step += 1
-                values = {
-                    "grpo_step": grpo_step + 1,
-                    "loss": loss_sum,
-                    "grad_norm": float(grad_norm),
-                    "entropy": ent_sum / max(1, ent_n),
-                    "clip_fraction": clip_sum / max(1, ent_n),
-                    "lr": lr,
-                    **rollout_stats,
-                    "time/train": time.perf_counter() - t0,
-                }
-                if micro.changed:  # logged only after an out-of-memory back-off
-                    values["micro_batch_size"] = micro.size
-                if first_step_of_batch:
-                    # Rollout-side timings belong to the first step on this rollout batch.
-                    values["time/rollout"] = ro["time/rollout"]
-                    values["time/sync"] = ro["time/sync"]
-                    values["time/grade"] = ro["time/grade"]
-                    values["time/prepare"] = t0 - t_train
-                    first_step_of_batch = False
-                else:
-                    values["time/rollout"] = 0.0
-                    values["time/sync"] = 0.0
-                run.log(values, step=opt_step, split="train")
-                run.maybe_exit(opt_step)
+                line = {"grpo_step": grpo_step + 1, **stats, **rollout_stats, **timings}
+                line["time/train"] = time.perf_counter() - t0
+                t.run.log(line, step=opt_step, split="train")
+                t.run.maybe_exit(opt_step)
+                timings = {"time/rollout": 0.0, "time/sync": 0.0}
         grpo_step += 1
         bar.update(1)
         bar.set_postfix(reward=f"{rollout_stats['reward']:.3f}", refresh=False)
+        # 6. Evaluate every eval_every GRPO steps and at the end; save every save_every.
         after_iteration(
-            tr,
+            t,
             done=grpo_step,
             total=cfg.n_grpo_steps,
             step=opt_step,
@@ -345,7 +236,7 @@ def train(cfg: GRPOConfig, out: str) -> dict:
             opt_step=opt_step,
         )
     bar.close()
-    return finish_training(tr, step=opt_step)
+    return finish_training(t, step=opt_step)
 
 
 def main(argv: list[str] | None = None) -> int:

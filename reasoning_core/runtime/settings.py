@@ -1,0 +1,179 @@
+"""The settings every trainer shares, and the checks that refuse a bad one before any work.
+
+:class:`CommonConfig` holds what to train (model, task, splits, template, seed), where it runs
+(device, dtype, threads, rollout engine, memory knobs), the optimizer and its schedule, the
+evaluation, saving and metric trackers. Each trainer's config dataclass extends it and adds its
+own checks with the helpers below (each raises :class:`ConfigError` naming the setting).
+
+:data:`RESUME_MAY_CHANGE` lists the settings a resumed run may change: where and how it runs,
+not what it computes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+import envs
+from reasoning_core.runtime.checkpoint import check_model_folder
+from reasoning_core.runtime.config import ConfigError
+
+RESUME_MAY_CHANGE = {
+    "device", "num_threads", "progress", "oom_backoff", "gradient_checkpointing",
+    "attn_implementation", "engine_kwargs", "save_every", "compile", "trackers",
+}  # fmt: skip
+
+# Metric trackers beside metrics.jsonl: setting value -> (module to import, pip extra).
+TRACKERS = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb")}
+
+
+@dataclass
+class CommonConfig:
+    """Settings shared by every trainer. Defaults follow the CS336 handout where it gives one."""
+
+    # What to train and on which task.
+    model_path: str = ""
+    task: str = "math"
+    train_split: str = "train"
+    eval_split: str = "test"
+    template: str = "r1_zero"
+    seed: int = 0
+    # Placement (GPU-friendly knobs; CPU is the default).
+    device: str = "cpu"  # "cpu", "cuda", "cuda:N" or "auto"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    num_threads: int = 1  # torch threads on CPU: 2 threads ran ~3x slower than 1 here
+    gradient_checkpointing: bool = False
+    # On a CUDA out-of-memory error in a training or scoring pass, redo that optimizer step
+    # (or pass) with a smaller micro batch (a divisor of the last one, so the gradient is the
+    # same batch mean) and keep that size for the rest of the run. Off: the error stops the run.
+    oom_backoff: bool = True
+    # "auto": FlashAttention 2 on a GPU in bf16/fp16 when flash-attn is installed, else SDPA.
+    attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2"] = "auto"
+    # Run the training and scoring forwards (log-probs, entropy) through torch.compile; sampling
+    # and evaluation stay eager. Measured on an H200 (benchmarks/RESULTS.md): SFT steps 1.15-1.18x
+    # the eager tokens/s at micro batch 4-16, 2.3x at micro batch 2 with gradient checkpointing,
+    # after 55-90 s of compilation per micro-batch shape.
+    compile: bool = False
+    # Rollout engine. vLLM runs in-process: colocated on the policy's GPU (give it a memory
+    # share with engine_kwargs.gpu_memory_utilization) or, on two GPUs, with the policy on
+    # device "cuda:1" while vLLM takes cuda:0 (see README, "GPU runs").
+    engine: Literal["hf", "vllm"] = "hf"
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    # Optimizer and schedule (AdamW).
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    adam_eps: float = 1e-8
+    lr_scheduler: Literal["constant", "cosine", "linear"] = "constant"
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.0
+    max_grad_norm: float = 1.0
+    # Evaluation (sampled, fixed problems, fixed seed).
+    eval_examples: int | None = 512
+    eval_every: int = 0  # in the trainer's own unit of steps; 0 = only at start and end
+    eval_at_start: bool = True
+    eval_temperature: float = 1.0
+    eval_top_p: float = 1.0
+    eval_max_tokens: int = 1024
+    eval_seed: int = 0  # same default as `rrl eval`, so step 0 matches the zero-shot run
+    eval_batch_size: int | None = 256  # prompts per engine call, as `rrl eval` (None: all at once)
+    stop: list[str] = field(default_factory=lambda: ["</answer>"])
+    # Saving and watching.
+    save_every: int = 10  # resumable state every N steps of the trainer's unit; 0 = never
+    save_checkpoint: bool = True
+    progress: bool = True
+    # Where metrics go besides metrics.jsonl (always written): "tensorboard" (event files in
+    # out/tensorboard) and/or "wandb" (offline unless WANDB_MODE says otherwise). Each needs
+    # its package: pip install 'reasoning-rl[tensorboard]' or 'reasoning-rl[wandb]'.
+    trackers: list[Literal["tensorboard", "wandb"]] = field(default_factory=list)
+
+    def validate(self) -> None:
+        """Fail before any work with a message that names the setting."""
+        if not self.model_path:
+            raise ConfigError("setting 'model_path' is required (a Hugging Face model folder)")
+        # config.json, complete weights and a tokenizer, each named when missing or damaged.
+        check_model_folder(self.model_path)
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ConfigError(f"setting 'betas' must be two numbers in [0, 1), got {self.betas}")
+        check_positive(self, "lr", "num_threads", "eval_max_tokens")
+        check_non_negative(self, "warmup_steps", "eval_every", "save_every", "weight_decay")
+        if self.eval_examples is not None and self.eval_examples < 1:
+            raise ConfigError("setting 'eval_examples' must be >= 1 (or null for all)")
+        if self.max_grad_norm <= 0:
+            raise ConfigError("setting 'max_grad_norm' must be > 0")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ConfigError("setting 'min_lr_ratio' must lie in [0, 1]")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ConfigError(f"setting 'device' is {self.device!r} but no CUDA GPU is available")
+        check_trackers(self.trackers)
+        try:
+            task = envs.get_task(self.task)
+            task.check_template(self.template)
+            task.check_split(self.train_split)
+            task.check_split(self.eval_split)
+            check_pair = getattr(task, "check_split_pair", None)
+            if check_pair is not None:
+                check_pair(self.train_split, self.eval_split)
+        except ValueError as exc:
+            raise ConfigError(f"setting 'task'/'template'/'*_split': {exc}") from exc
+
+
+def check_positive(cfg: Any, *names: str) -> None:
+    """Raise ConfigError unless each ``cfg.<name>`` is > 0."""
+    for name in names:
+        if getattr(cfg, name) <= 0:
+            raise ConfigError(f"setting {name!r} must be > 0, got {getattr(cfg, name)}")
+
+
+def check_non_negative(cfg: Any, *names: str) -> None:
+    """Raise ConfigError unless each ``cfg.<name>`` is >= 0."""
+    for name in names:
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"setting {name!r} must be >= 0, got {getattr(cfg, name)}")
+
+
+def check_at_least_one(cfg: Any, *names: str) -> None:
+    """Raise ConfigError unless each ``cfg.<name>`` (a count) is >= 1."""
+    for name in names:
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"setting {name!r} must be >= 1, got {getattr(cfg, name)}")
+
+
+def check_divisible(cfg: Any, numerator: str, denominator: str) -> None:
+    """Raise ConfigError unless ``cfg.<numerator>`` is a positive multiple of ``cfg.<denominator>``."""
+    a, b = getattr(cfg, numerator), getattr(cfg, denominator)
+    if b <= 0:
+        raise ConfigError(f"setting {denominator!r} must be > 0, got {b}")
+    if a <= 0 or a % b != 0:
+        raise ConfigError(
+            f"setting {numerator!r} ({a}) must be a positive multiple of {denominator!r} ({b})"
+        )
+
+
+def check_sampling(cfg: Any) -> None:
+    """Validate the rollout sampling settings (``sampling_*``) that EI and GRPO share."""
+    if not 0 <= cfg.sampling_min_tokens <= cfg.sampling_max_tokens:
+        raise ConfigError("setting 'sampling_min_tokens' must lie in [0, sampling_max_tokens]")
+    if cfg.sampling_temperature <= 0:
+        raise ConfigError("setting 'sampling_temperature' must be > 0 (sampled rollouts)")
+
+
+def check_trackers(names: list[str]) -> None:
+    """Raise ConfigError (naming setting ``trackers``) for an unknown tracker, one named twice,
+    or one whose package is not installed."""
+    for name in names:
+        if name not in TRACKERS:
+            raise ConfigError(
+                f"setting 'trackers' must list names from {list(TRACKERS)}, got {name!r}"
+            )
+        if names.count(name) > 1:
+            raise ConfigError(f"setting 'trackers' names {name!r} twice")
+        module, extra = TRACKERS[name]
+        if importlib.util.find_spec(module) is None:
+            raise ConfigError(
+                f"setting 'trackers' asks for {name!r}, but the {module!r} package is not "
+                f"installed: pip install 'reasoning-rl[{extra}]' (or drop {name!r})"
+            )
