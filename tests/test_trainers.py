@@ -2,10 +2,13 @@
 
 * bad settings fail before any work, with a message naming the setting;
 * the same config and seed give the same ``metrics.jsonl`` apart from ``time/`` keys;
-* a run killed after a few optimizer steps and started again with the same ``--out``
-  finishes with exactly the metrics of an uninterrupted run: it resumes from its last saved
-  state (model, optimizer, scheduler, RNG, data position) and redoes the steps after it, so
-  nothing is lost beyond the recomputation of those steps.
+* a run of any of the three killed after a few optimizer steps and started again with the
+  same ``--out`` finishes with exactly the metrics and final weights of an uninterrupted run:
+  it resumes from its last saved state (model, optimizer, scheduler, RNG, data position) and
+  redoes the steps after it, so nothing is lost beyond the recomputation of those steps.
+
+Runs that need rewards get them by construction: their rollouts hold one scripted correct
+answer per question (``scripted_rollouts.py``), since the micro world earns none but by luck.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import scripted_rollouts
 
 from reasoning_core.runtime import ei, grpo, sft
 from reasoning_core.runtime.metrics import read_metrics, without_time
@@ -76,32 +80,11 @@ def sets(values: dict) -> list[str]:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> Path:
-    """A micro base model: a few pretraining steps (random-ish outputs, reward 0)."""
+    """A micro base model: a few pretraining steps (near-random outputs, which the real grader
+    scores 0 but for luck; tests that need rewards script them, see scripted_rollouts)."""
     out = tmp_path_factory.mktemp("world")
     assert tiny_world_main([a for p in WORLD for a in ("--set", p)] + ["--out", str(out)]) == 0
     return out
-
-
-@pytest.fixture(scope="module")
-def formatted(world, tmp_path_factory) -> Path:
-    """The micro base after 80 SFT steps at a high rate (~15 s): it mostly writes the r1_zero
-    format and is sometimes right, so GRPO and EI see non-zero rewards and gradients."""
-    out = tmp_path_factory.mktemp("formatted")
-    cfg = {
-        **SFT,
-        "sft_pool_size": 1280,
-        "batch_size": 16,
-        "gradient_accumulation_steps": 1,
-        "lr": 3e-3,
-        "warmup_steps": 5,
-        "eval_every": 0,
-        "eval_at_start": False,
-        "save_every": 0,
-        "eval_max_tokens": 40,
-        "eval_examples": 64,
-    }
-    _run(sft, cfg, world, out)
-    return out / "checkpoint"
 
 
 @pytest.mark.parametrize(
@@ -156,9 +139,13 @@ def _run(module, cfg: dict, world: Path, out: Path) -> list[dict]:
     return read_metrics(out)
 
 
-def test_grpo_run_writes_every_output_and_is_reproducible(formatted, tmp_path):
-    a = _run(grpo, GRPO, formatted, tmp_path / "a")
-    b = _run(grpo, GRPO, formatted, tmp_path / "b")
+def test_grpo_run_writes_every_output_and_is_reproducible(world, tmp_path, monkeypatch):
+    """Every output of a GRPO run, and the same metrics from a second run on this machine.
+    Rollouts hold one scripted correct answer per group (scripted_rollouts), so the rewards,
+    advantages and updates are non-zero by construction and the equality is not vacuous."""
+    scripted_rollouts.install(monkeypatch)
+    a = _run(grpo, GRPO, world, tmp_path / "a")
+    b = _run(grpo, GRPO, world, tmp_path / "b")
     assert without_time(a) == without_time(b)
     assert any(k.startswith("time/") for k in a[-1])
     train = [r for r in a if r["split"] == "train"]
@@ -182,8 +169,11 @@ def test_grpo_run_writes_every_output_and_is_reproducible(formatted, tmp_path):
     ):
         assert key in train[0], key
     assert all(0.0 <= r["clip_fraction"] <= 1.0 for r in train)
-    # The run learned something (non-zero rewards, gradients), so equality is not vacuous.
-    assert any(r["grad_norm"] > 0 for r in train) and any(r["reward"] > 0 for r in train)
+    # The real grader scored the scripted answers: at least one correct answer per group.
+    assert all(r["reward"] >= 1 / GRPO["group_size"] for r in train)
+    assert all(r["format_reward"] >= r["answer_reward"] == r["reward"] for r in train)
+    assert all(r["frac_constant_groups"] < 1 for r in train)
+    assert any(r["grad_norm"] > 0 for r in train)
     for key in ("accuracy", "format_reward", "reward", "num_examples", "response_length"):
         assert key in evals[-1]
     assert evals[-1]["num_examples"] == 8
@@ -202,30 +192,36 @@ def test_grpo_run_writes_every_output_and_is_reproducible(formatted, tmp_path):
     assert not (run / "state").exists()
     # A finished run is not redone.
     mtime = (run / "metrics.jsonl").stat().st_mtime_ns
-    assert grpo.main([*sets({**GRPO, "model_path": str(formatted)}), "--out", str(run)]) == 0
+    assert grpo.main([*sets({**GRPO, "model_path": str(world)}), "--out", str(run)]) == 0
     assert (run / "metrics.jsonl").stat().st_mtime_ns == mtime
 
 
-def test_sft_and_ei_are_reproducible(world, formatted, tmp_path):
-    for module, cfg, model, name in (
-        (sft, {**SFT, "filter_correct": True}, world, "sft"),
-        (ei, EI, formatted, "ei"),
-    ):
-        a = _run(module, cfg, model, tmp_path / f"{name}_a")
-        b = _run(module, cfg, model, tmp_path / f"{name}_b")
+def test_sft_and_ei_are_reproducible(world, tmp_path, monkeypatch):
+    scripted_rollouts.install(monkeypatch)  # EI keeps at least one rollout per question
+    for module, cfg, name in ((sft, {**SFT, "filter_correct": True}, "sft"), (ei, EI, "ei")):
+        a = _run(module, cfg, world, tmp_path / f"{name}_a")
+        b = _run(module, cfg, world, tmp_path / f"{name}_b")
         assert without_time(a) == without_time(b), name
         assert [r for r in a if r["split"] == "train" and "loss" in r], name
         assert (tmp_path / f"{name}_a" / "done.json").is_file()
+        if module is ei:
+            kept = [r["kept"] for r in a if "kept" in r]
+            assert len(kept) == EI["n_ei_steps"] and min(kept) >= EI["ei_batch_size"], kept
 
 
 def _subprocess_run(module: str, cfg: dict, world: Path, out: Path, exit_after: int | None):
+    """``rrl <module>`` in a fresh process: with scripted rollouts for the methods that sample
+    (as the in-process reference run), the plain command line for SFT."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     if exit_after is not None:
         env["RRL_EXIT_AFTER_STEP"] = str(exit_after)
+    if module == "sft":
+        entry = ["-m", "reasoning_core.runtime.cli"]
+    else:
+        entry = [str(ROOT / "tests" / "scripted_rollouts.py")]
     cmd = [
         sys.executable,
-        "-m",
-        "reasoning_core.runtime.cli",
+        *entry,
         module,
         *sets({**cfg, "model_path": str(world)}),
         "--out",
@@ -234,13 +230,32 @@ def _subprocess_run(module: str, cfg: dict, world: Path, out: Path, exit_after: 
     return subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize(("module", "cfg", "kill_at"), [("grpo", GRPO, 5), ("sft", SFT, 4)])
-def test_killed_run_resumes_to_the_same_metrics(world, formatted, tmp_path, module, cfg, kill_at):
-    mod = {"grpo": grpo, "sft": sft}[module]
-    world = formatted if module == "grpo" else world
+def _weights(run: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(run / "checkpoint" / "model.safetensors")
+
+
+# Kill points: GRPO after optimizer step 5 of 8 (third GRPO step, resumed from the state saved
+# after the second); SFT after step 4 of 6; EI after step 6, in the second iteration (at least
+# 16 kept rollouts, 4 steps, per iteration), resumed from the state saved after the first.
+@pytest.mark.parametrize(
+    ("module", "cfg", "kill_at"), [("grpo", GRPO, 5), ("sft", SFT, 4), ("ei", EI, 6)]
+)
+def test_killed_run_resumes_to_the_same_metrics_and_weights(
+    world, tmp_path, monkeypatch, module, cfg, kill_at
+):
+    """A run killed (os._exit, no clean-up) right after optimizer step ``kill_at`` and started
+    again with the same ``--out`` ends with the metrics (apart from time/ keys) and the final
+    weights of an uninterrupted run, which itself moved the weights."""
+    import torch
+    from safetensors.torch import load_file
+
+    mod = {"grpo": grpo, "sft": sft, "ei": ei}[module]
+    scripted_rollouts.install(monkeypatch)
     reference = _run(mod, cfg, world, tmp_path / "ref")
+    assert any(r.get("grad_norm", 0) > 0 for r in reference)
     out = tmp_path / "killed"
-    # The process dies (os._exit, no clean-up) right after optimizer step `kill_at`.
     first = _subprocess_run(module, cfg, world, out, exit_after=kill_at)
     assert first.returncode == 3, first.stderr[-2000:]
     assert (out / "state").is_dir() and not (out / "done.json").exists()
@@ -251,6 +266,11 @@ def test_killed_run_resumes_to_the_same_metrics(world, formatted, tmp_path, modu
     assert "resumed from" in second.stderr
     assert without_time(read_metrics(out)) == without_time(reference)
     assert (out / "done.json").is_file()
+    want, got = _weights(tmp_path / "ref"), _weights(out)
+    assert want.keys() == got.keys()
+    assert all(torch.equal(want[k], got[k]) for k in want)
+    start = load_file(world / "model.safetensors")
+    assert any(not torch.equal(start[k], want[k]) for k in start)
 
 
 def test_lr_schedule_warms_up_then_decays_to_the_floor():
@@ -435,16 +455,16 @@ def test_sft_backs_off_on_out_of_memory_to_the_same_updates(world, tmp_path, mon
             assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
 
 
-def test_grpo_backs_off_on_out_of_memory_to_the_same_first_update(formatted, tmp_path, monkeypatch):
+def test_grpo_backs_off_on_out_of_memory_to_the_same_first_update(world, tmp_path, monkeypatch):
     # Reference: micro batch 2 from the start (train batch 8, accumulation 4); grpo_clip, so
     # the no-gradient old-log-prob pass (micro batch 4) backs off too, to 2.
     cfg = {**GRPO, "n_grpo_steps": 2, "eval_at_start": False, "eval_every": 0, "save_every": 0}
     # Stand-in rewards (see _fake_grade): with the real grader these two steps had reward 0,
     # hence zero advantages and zero gradients, and the comparison below held for any update.
     monkeypatch.setattr(grpo, "grade", _fake_grade)
-    reference = _run(grpo, {**cfg, "gradient_accumulation_steps": 4}, formatted, tmp_path / "r")
+    reference = _run(grpo, {**cfg, "gradient_accumulation_steps": 4}, world, tmp_path / "r")
     _oom_above(monkeypatch, max_train_rows=2, max_scoring_rows=2)
-    backed = _run(grpo, {**cfg, "gradient_accumulation_steps": 2}, formatted, tmp_path / "oom")
+    backed = _run(grpo, {**cfg, "gradient_accumulation_steps": 2}, world, tmp_path / "oom")
     ref_train, oom_train = _train_lines(reference), _train_lines(backed)
     assert len(oom_train) == len(ref_train) == 4
     assert [r["micro_batch_size"] for r in oom_train] == [2, 2, 2, 2]
