@@ -125,17 +125,6 @@ def test_fast_path_needs_no_workers():
     assert out.stats.fast == 3 and out.stats.pooled == 0
 
 
-def test_package_exports():
-    for name in (
-        "r1_zero_reward_fn",
-        "question_only_reward_fn",
-        "countdown_reward_fn",
-        "grade_batch",
-        "get_task",
-    ):
-        assert callable(getattr(envs, name))
-
-
 def test_interrupted_call_does_not_leak_into_the_next(monkeypatch):
     """A call cut short (here: Ctrl-C while waiting) leaves busy workers; the next call must
     not receive their answers."""

@@ -175,10 +175,6 @@ def _expected(answer: int, fmt: int) -> dict:
     return {"reward": float(answer), "format_reward": float(fmt), "answer_reward": float(answer)}
 
 
-def test_golden_table_is_large_enough():
-    assert len(R1_GOLDEN) + len(Q_GOLDEN) >= 60
-
-
 @pytest.mark.parametrize(("response", "gt", "answer", "fmt"), R1_GOLDEN)
 def test_r1_zero_golden(response, gt, answer, fmt):
     assert r1_zero_reward_fn(response, gt) == _expected(answer, fmt)
