@@ -635,9 +635,92 @@ def test_grpo_epochs_reuse_the_sampling_policy_log_probs(world, tmp_path, monkey
     assert len(calls) == 4
     for epoch in range(2):
         assert sorted(calls[2 * epoch] + calls[2 * epoch + 1]) == list(range(16)), epoch
+    assert calls[0] != calls[2]  # each epoch cuts the rollout batch in a new order
     clip = [r["clip_fraction"] for r in train]
     assert clip[0] == 0.0 and all(c > 0.0 for c in clip[1:]), clip
     assert [r["lr"] for r in train] == pytest.approx(_expected_lrs(cfg, 4))
+
+
+@pytest.mark.parametrize("module", ["grpo", "ei"])
+def test_each_step_samples_its_own_questions(world, tmp_path, monkeypatch, module):
+    """Two rollout steps ask different questions of the training pool (drawn per step)."""
+    from reasoning_core.runtime import trainer_common
+
+    prompts: list[set[str]] = []
+    real = trainer_common.make_rollout_engine
+
+    class Recorder:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def sync_weights(self, model):
+            self.inner.sync_weights(model)
+
+        def generate(self, batch, params):
+            if params.n > 1:  # rollouts, not evaluation
+                prompts.append(set(batch))
+            return self.inner.generate(batch, params)
+
+    monkeypatch.setattr(trainer_common, "make_rollout_engine", lambda *a: Recorder(real(*a)))
+    mod = {"grpo": grpo, "ei": ei}[module]
+    monkeypatch.setattr(mod, "grade", _fake_grade)
+    small = {**QUIET, "sampling_max_tokens": 8, "train_examples": 16}
+    if module == "grpo":
+        cfg = {**GRPO, **small, "n_grpo_steps": 2, "rollout_batch_size": 8}
+    else:
+        cfg = {**EI, **small, "n_ei_steps": 2, "ei_batch_size": 2}
+    _run(mod, cfg, world, tmp_path / "run")
+    assert len(prompts) == 2 and len(prompts[0]) == 2
+    assert prompts[0] != prompts[1]
+
+
+def test_optimizer_takes_every_setting():
+    """AdamW gets the configured rate, betas, epsilon and weight decay, and the schedule's
+    warm-up starts from lr / warmup_steps."""
+    import torch
+
+    from reasoning_core.runtime.trainer_common import CommonConfig, make_optimizer, make_scheduler
+
+    model = torch.nn.Linear(3, 2)
+    cfg = CommonConfig(lr=0.3, betas=[0.5, 0.7], adam_eps=1e-3, weight_decay=0.25, warmup_steps=3)
+    optimizer = make_optimizer(model, cfg)
+    make_scheduler(optimizer, cfg, total_steps=10)
+    (group,) = optimizer.param_groups
+    assert group["betas"] == (0.5, 0.7)
+    assert (group["eps"], group["weight_decay"], group["initial_lr"]) == (1e-3, 0.25, 0.3)
+    assert group["lr"] == pytest.approx(0.1)
+
+
+def test_ei_loss_is_divided_by_its_normalize_constant(world, tmp_path, monkeypatch):
+    """The same EI iteration (same rollouts, same weights) with normalize_constant 4 logs a
+    first loss and gradient norm a quarter of those with 1 (sum NLL / constant)."""
+    cfg = {**EI, **QUIET, "n_ei_steps": 1, "ei_batch_size": 4, "sampling_max_tokens": 8}
+    scripted_rollouts.install(monkeypatch)  # at least one kept rollout per question
+    lines = {}
+    for c in (1.0, 4.0):
+        train = _run(ei, {**cfg, "normalize_constant": c}, world, tmp_path / f"c{c}")
+        lines[c] = next(r for r in train if r["split"] == "train" and "loss" in r)
+    assert lines[1.0]["loss"] > 0
+    assert lines[4.0]["loss"] == pytest.approx(lines[1.0]["loss"] / 4, rel=1e-5)
+    assert lines[4.0]["grad_norm"] == pytest.approx(lines[1.0]["grad_norm"] / 4, rel=1e-4)
+
+
+def test_sft_filter_correct_trains_on_the_correct_examples_only(world, tmp_path, monkeypatch):
+    """filter_correct keeps exactly the pool's examples that the task's reward scores 1 (the
+    arithmetic pool has wrong traces on purpose), and SFT trains on those."""
+    import envs
+
+    pool = envs.get_task("arithmetic").sft_pool(24, template="r1_zero")
+    correct = [
+        e for e in pool if envs.r1_zero_reward_fn(e["response"], e["ground_truth"])["reward"] == 1.0
+    ]
+    assert 0 < len(correct) < len(pool)
+    tokenized = _record_calls(monkeypatch, sft, "tokenize_pairs")
+    cfg = {**SFT, **QUIET, "sft_pool_size": 24, "filter_correct": True}
+    _run(sft, cfg, world, tmp_path / "run")
+    done = json.loads((tmp_path / "run" / "done.json").read_text())
+    assert (done["pool_examples"], done["train_examples"]) == (24, len(correct))
+    assert tokenized[0][1] == [e["response"] for e in correct]
 
 
 def test_sft_epochs_visit_every_example_once_in_a_new_order(world, tmp_path, monkeypatch):
