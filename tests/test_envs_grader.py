@@ -87,9 +87,12 @@ def test_results_come_back_in_input_order():
 
 
 def test_hung_item_is_killed_and_the_pool_recovers():
+    """An item that would sleep 60 s is killed at its 1 s limit. The bound on the call's wall
+    time is far below 60 s but leaves room for starting workers on a loaded machine (1 + 2 s
+    failed there, at load 8)."""
     t0 = time.monotonic()
     out = grade_batch(_sleepy, ["60", "0", "0"], ["1", "1", "1"], timeout=1.0, num_workers=2)
-    assert time.monotonic() - t0 < 1.0 + 2.0
+    assert time.monotonic() - t0 < 30.0
     assert [r["reward"] for r in out] == [0.0, 1.0, 1.0]
     assert out.stats.timeouts == 1
     again = grade_batch(_sleepy, ["0"] * 4, ["1"] * 4, timeout=5, num_workers=2)

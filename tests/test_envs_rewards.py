@@ -240,18 +240,21 @@ def test_answers_match_is_gold_first():
 
 
 def test_extraction_is_linear_on_adversarial_responses():
+    """50,000 unclosed tags or boxes: linear extraction takes milliseconds, a quadratic scan
+    billions of steps. Timed in CPU time of this process, which other jobs on a loaded
+    machine do not inflate (wall time did: this failed with the machine at load 8)."""
     import time
 
     many_tags = "x </think> <answer></answer>" + "<answer>" * 50_000
     many_boxes = "\\boxed{7} " + "\\boxed{" * 50_000
-    t0 = time.monotonic()
+    t0 = time.process_time()
     assert r1_zero_reward_fn(many_tags, "1") == {
         "reward": 0.0,
         "format_reward": 1.0,
         "answer_reward": 0.0,
     }
     assert question_only_reward_fn(many_boxes, "7")["reward"] == 1.0
-    assert time.monotonic() - t0 < 1.0
+    assert time.process_time() - t0 < 1.0
 
 
 def test_reward_fn_works_off_the_main_thread():
