@@ -610,7 +610,8 @@ def test_grpo_epochs_reuse_the_sampling_policy_log_probs(world, tmp_path, monkey
     """Two epochs over a rollout batch of two train batches: four optimizer steps, each epoch
     visiting every rollout once; the old log-probs are those of the sampling policy (computed
     once), so the first step is exactly on-policy (nothing clipped) and the later steps, after
-    the policy moved, clip; the learning rate follows the warm-up and decay schedule."""
+    the policy moved, clip (at cliprange 0.01; at 100 nothing does); the learning rate follows
+    the warm-up and decay schedule."""
     cfg = {
         **GRPO,
         **QUIET,
@@ -639,6 +640,9 @@ def test_grpo_epochs_reuse_the_sampling_policy_log_probs(world, tmp_path, monkey
     clip = [r["clip_fraction"] for r in train]
     assert clip[0] == 0.0 and all(c > 0.0 for c in clip[1:]), clip
     assert [r["lr"] for r in train] == pytest.approx(_expected_lrs(cfg, 4))
+    # The configured range is the one applied: with one that no ratio leaves, nothing clips.
+    wide = _train_lines(_run(grpo, {**cfg, "cliprange": 100.0}, world, tmp_path / "wide"))
+    assert [r["clip_fraction"] for r in wide] == [0.0] * 4
 
 
 @pytest.mark.parametrize("module", ["grpo", "ei"])
