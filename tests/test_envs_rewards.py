@@ -38,6 +38,10 @@ R1_GOLDEN = [
     (R("\\frac{-2}{3}"), "-\\frac{2}{3}", 1, 1),
     (R("-2/3"), "-\\frac{2}{3}", 1, 1),
     (R("2/3"), "-\\frac{2}{3}", 0, 1),
+    # a prefix of the gold is another answer (string comparisons must be whole)
+    (R("1"), "12", 0, 1),
+    (R("3.1"), "3.14", 0, 1),
+    (R("x"), "x + 1", 0, 1),
     (R("\\frac12"), "\\frac{1}{2}", 1, 1),
     # \boxed inside the answer tag
     (R("\\boxed{7}"), "7", 1, 1),
