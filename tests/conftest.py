@@ -1,15 +1,46 @@
+"""Settings every test run gets, whichever way pytest is started.
+
+README command 2 (``.venv/bin/python -m pytest -m "not gpu" -q``) is exactly what CI
+(``.ci/run``) runs, so what a test run needs is set here, not in a wrapper script:
+
+* ``OMP_NUM_THREADS=1``, ``MKL_NUM_THREADS=1``: one torch thread per process, in this process
+  and in the ones the tests start (``rrl`` subprocesses, snakemake jobs, the grader's workers),
+  which inherit ``os.environ``. Set before torch is imported (pytest imports this file before
+  any test module); this process also calls ``torch.set_num_threads(1)``.
+* ``VLLM_ENABLE_V1_MULTIPROCESSING=0``: vLLM's engine core in the test's own process (start-up
+  ~2 s instead of 14-17 s, and weight sync hands tensors over in-process).
+* The hypothesis profile: ``ci`` (derandomized: every run tries the same examples) unless
+  ``HYPOTHESIS_PROFILE`` names another; ``HYPOTHESIS_PROFILE=dev`` draws new examples each run.
+
+A value already in the environment is kept (``setdefault``), so a developer can still try, e.g.,
+``OMP_NUM_THREADS=2``.
+"""
+
 import os
 
-import pytest
-import torch
-from hypothesis import settings
+for _name, _value in (
+    ("OMP_NUM_THREADS", "1"),
+    ("MKL_NUM_THREADS", "1"),
+    ("VLLM_ENABLE_V1_MULTIPROCESSING", "0"),
+):
+    os.environ.setdefault(_name, _value)
 
-# One torch thread per process: on these 2-core machines two threads run ~3x slower.
-torch.set_num_threads(1)
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 settings.register_profile("dev", max_examples=50, deadline=None)
-settings.register_profile("ci", max_examples=100, deadline=None, derandomize=True)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+settings.register_profile("ci", max_examples=100, deadline=None, derandomize=True, database=None)
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+settings.load_profile(PROFILE)
+
+
+def pytest_report_header(config):
+    names = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "VLLM_ENABLE_V1_MULTIPROCESSING")
+    env = ", ".join(f"{n}={os.environ[n]}" for n in names)
+    return f"{env}; hypothesis profile {PROFILE!r}"
 
 
 def pytest_collection_modifyitems(config, items):

@@ -62,15 +62,41 @@ def test_spec_functions_have_the_spec_keywords(name):
     assert name in rc.__all__
 
 
-def test_defaults():
-    sig = inspect.signature(rc.grpo_microbatch_train_step).parameters
-    assert sig["length_norm"].default == "masked_mean"
-    assert sig["normalize_constant"].default is None
-    assert (
-        inspect.signature(rc.get_response_log_probs).parameters["return_token_entropy"].default
-        is False
-    )
-    assert inspect.signature(rc.masked_normalize).parameters["normalize_constant"].default == 1.0
+def test_defaults_do_what_the_spec_says():
+    """SPEC defaults, by what they do: ``length_norm`` averages over each response's tokens,
+    ``normalize_constant`` of masked_normalize is 1, and log-probs come without entropies
+    unless asked for."""
+    gen = torch.Generator().manual_seed(0)
+    mask = torch.tensor([[1, 1, 0, 0, 0], [1, 1, 1, 1, 1]])
+    adv = torch.tensor([[1.0], [-2.0]])
+
+    def step(**kw):
+        lp = (-torch.rand(2, 5, generator=torch.Generator().manual_seed(1))).requires_grad_()
+        loss, _ = rc.grpo_microbatch_train_step(
+            lp, mask, 1, "reinforce_with_baseline", advantages=adv, **kw
+        )
+        return loss, lp.grad
+
+    default, explicit = step(), step(length_norm="masked_mean")
+    by_constant = step(length_norm="masked_normalize", normalize_constant=5.0)
+    assert torch.equal(default[0], explicit[0]) and torch.equal(default[1], explicit[1])
+    assert not torch.allclose(default[1], by_constant[1])  # the two norms differ here
+
+    x = torch.randn(2, 5, generator=gen)
+    assert torch.equal(rc.masked_normalize(x, mask), rc.masked_normalize(x, mask, 1.0))
+    assert torch.allclose(rc.masked_normalize(x, mask), (x * mask).sum())
+
+    logits = torch.randn(1, 4, 7, generator=gen)
+
+    class Model:
+        def __call__(self, input_ids):
+            return type("Out", (), {"logits": logits})()
+
+    ids = torch.tensor([[1, 2, 3, 4]])
+    out = rc.get_response_log_probs(model=Model(), input_ids=ids, labels=ids)
+    assert set(out) == {"log_probs"}
+    want = torch.log_softmax(logits, -1).gather(-1, ids[..., None])[..., 0]
+    torch.testing.assert_close(out["log_probs"], want)
 
 
 def test_import_pulls_in_neither_transformers_nor_vllm_nor_the_runtime():

@@ -104,10 +104,13 @@ def _grader_warnings(caplog) -> list[str]:
 
 
 def test_hung_item_is_killed_and_the_pool_recovers(caplog):
+    """An item that would sleep 60 s is killed at its 1 s limit. The bound on the call's wall
+    time is far below 60 s but leaves room for starting workers on a loaded machine (1 + 2 s
+    failed there, at load 8)."""
     caplog.set_level(logging.WARNING, logger="envs.grader")
     t0 = time.monotonic()
     out = grade_batch(_sleepy, ["60", "0", "0"], ["1", "1", "1"], timeout=1.0, num_workers=2)
-    assert time.monotonic() - t0 < 1.0 + 2.0
+    assert time.monotonic() - t0 < 30.0
     assert [r["reward"] for r in out] == [0.0, 1.0, 1.0]
     assert out.stats.timeouts == 1
     assert (out.timeouts, out.errors) == (1, 0)
@@ -176,17 +179,6 @@ def test_fast_path_needs_no_workers():
     out = grade_batch(r1_zero_reward_fn, [R("7"), R("8"), "junk"], ["7", "7", "7"])
     assert [r["reward"] for r in out] == [1.0, 0.0, 0.0]
     assert out.stats.fast == 3 and out.stats.pooled == 0
-
-
-def test_package_exports():
-    for name in (
-        "r1_zero_reward_fn",
-        "question_only_reward_fn",
-        "countdown_reward_fn",
-        "grade_batch",
-        "get_task",
-    ):
-        assert callable(getattr(envs, name))
 
 
 def test_interrupted_call_does_not_leak_into_the_next(monkeypatch):

@@ -37,6 +37,10 @@ R1_GOLDEN = [
     (R("\\frac{-2}{3}"), "-\\frac{2}{3}", 1, 1),
     (R("-2/3"), "-\\frac{2}{3}", 1, 1),
     (R("2/3"), "-\\frac{2}{3}", 0, 1),
+    # a prefix of the gold is another answer (string comparisons must be whole)
+    (R("1"), "12", 0, 1),
+    (R("3.1"), "3.14", 0, 1),
+    (R("x"), "x + 1", 0, 1),
     (R("\\frac12"), "\\frac{1}{2}", 1, 1),
     # \boxed inside the answer tag
     (R("\\boxed{7}"), "7", 1, 1),
@@ -204,10 +208,6 @@ def _expected(answer: int, fmt: int) -> dict:
     return {"reward": float(answer), "format_reward": float(fmt), "answer_reward": float(answer)}
 
 
-def test_golden_table_is_large_enough():
-    assert len(R1_GOLDEN) + len(Q_GOLDEN) >= 60
-
-
 @pytest.mark.parametrize(("response", "gt", "answer", "fmt"), R1_GOLDEN)
 def test_r1_zero_golden(response, gt, answer, fmt):
     assert r1_zero_reward_fn(response, gt) == _expected(answer, fmt)
@@ -296,18 +296,21 @@ def test_answers_match_is_gold_first():
 
 
 def test_extraction_is_linear_on_adversarial_responses():
+    """50,000 unclosed tags or boxes: linear extraction takes milliseconds, a quadratic scan
+    billions of steps. Timed in CPU time of this process, which other jobs on a loaded
+    machine do not inflate (wall time did: this failed with the machine at load 8)."""
     import time
 
     many_tags = "x </think> <answer></answer>" + "<answer>" * 50_000
     many_boxes = "\\boxed{7} " + "\\boxed{" * 50_000
-    t0 = time.monotonic()
+    t0 = time.process_time()
     assert r1_zero_reward_fn(many_tags, "1") == {
         "reward": 0.0,
         "format_reward": 1.0,
         "answer_reward": 0.0,
     }
     assert question_only_reward_fn(many_boxes, "7")["reward"] == 1.0
-    assert time.monotonic() - t0 < 1.0
+    assert time.process_time() - t0 < 1.0
 
 
 def test_reward_fn_works_off_the_main_thread():

@@ -329,3 +329,24 @@ def test_plot_and_summary_read_metrics_as_the_trainers_do(tmp_path, capsys):
     with pytest.raises(ValueError, match=rf"^{path}:2: not UTF-8 text"):
         read_complete(tmp_path)
     assert read_for_figures(tmp_path / "absent") == []
+
+
+def test_metrics_lines_are_strict_json_with_null_for_non_finite_values(tmp_path):
+    """A NaN loss or an infinite gradient norm is written as null: Python's json would
+    otherwise write the bare tokens NaN and Infinity, which strict JSON readers refuse."""
+    import torch
+
+    from reasoning_core.runtime.metrics import MetricsWriter
+
+    def refuse(token):
+        raise ValueError(f"non-standard JSON token {token}")
+
+    with MetricsWriter(tmp_path) as w:
+        w.log(
+            {"loss": float("nan"), "grad_norm": torch.tensor(float("inf")), "lr": 0.5},
+            step=1,
+            split="train",
+        )
+    (line,) = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    record = json.loads(line, parse_constant=refuse)
+    assert record == {"step": 1, "split": "train", "loss": None, "grad_norm": None, "lr": 0.5}

@@ -225,6 +225,12 @@ class Training(NamedTuple):
         return self.counters[counter] if self.counters else 0
 
 
+def make_rollout_engine(cfg: CommonConfig, model, tokenizer):
+    """The engine a run samples with: ``cfg.engine`` built by :func:`engines.make_engine` with
+    ``cfg.engine_kwargs``. One seam for tests that wrap the engine a trainer builds."""
+    return make_engine(cfg.engine, model, tokenizer, **cfg.engine_kwargs)
+
+
 def setup_training(
     cfg: CommonConfig, out: str | Path, method: str, task: envs.Task, total_steps: int
 ) -> Training:
@@ -236,7 +242,7 @@ def setup_training(
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, cfg, total_steps)
     counters = run.resume(model, optimizer, scheduler)
-    engine = make_engine(cfg.engine, model, tokenizer, **cfg.engine_kwargs)
+    engine = make_rollout_engine(cfg, model, tokenizer)
     evaluator = Evaluator(cfg, task, tokenizer)
     if counters is None and cfg.eval_at_start:
         evaluator(engine, model, 0, run)
