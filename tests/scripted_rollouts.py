@@ -101,9 +101,7 @@ def install(monkeypatch) -> None:
     """Make the trainers started in this test build a :class:`OneCorrectPerGroup` engine."""
     from reasoning_core.runtime import run
 
-    monkeypatch.setattr(
-        run, "make_rollout_engine", _make(run.make_rollout_engine)
-    )
+    monkeypatch.setattr(run, "make_rollout_engine", _make(run.make_rollout_engine))
 
 
 def main(argv: list[str]) -> int:
