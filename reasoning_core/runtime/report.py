@@ -15,7 +15,11 @@ results folder), one column per setting that some run's folder name varies (``ke
 parts, as the workflow's Paramspace tables write them; each cell holds that run's resolved
 value from its ``config.yaml``), then ``eval_accuracy``, ``eval_format_reward``,
 ``eval_examples`` and ``wall_seconds`` (from ``done.json``, falling back to the last eval line
-of ``metrics.jsonl``). It reads only the run folders, so it can be rebuilt at any time.
+of ``metrics.jsonl``), then, when some run's ``done.json`` has them (SFT runs do), the SFT data
+counts ``pool_examples`` (examples read), ``kept_examples`` (those ``filter_correct`` kept: the
+``filtered_examples`` of ``done.json``; empty for unfiltered runs) and ``train_examples``
+(trained on, after ``max_examples``). It reads only the run folders, so it can be rebuilt at
+any time.
 """
 
 from __future__ import annotations
@@ -34,6 +38,12 @@ import yaml
 from reasoning_core.runtime import metrics as run_metrics
 
 SUMMARY_METRICS = ("eval_accuracy", "eval_format_reward", "eval_examples", "wall_seconds")
+# Optional columns: summary.tsv name -> done.json key; a column appears when any run has it.
+SUMMARY_COUNTS = {
+    "pool_examples": "pool_examples",
+    "kept_examples": "filtered_examples",
+    "train_examples": "train_examples",
+}
 X_LABELS = {"step": "optimizer step", "time/elapsed": "wall-clock time (s)"}
 
 
@@ -397,6 +407,8 @@ def summary_rows(runs: Sequence[str | Path], results: str | Path) -> list[dict[s
         for name in SUMMARY_METRICS:
             value = done.get(name)
             row[name] = value if value is not None else fallback[name]
+        for name, key in SUMMARY_COUNTS.items():
+            row[name] = done.get(key)
         rows.append(row)
     for row in rows:
         varied, config = row.pop("_varied"), row.pop("_config")
@@ -405,7 +417,8 @@ def summary_rows(runs: Sequence[str | Path], results: str | Path) -> list[dict[s
                 row[key] = config[key]
             else:
                 row[key] = varied.get(key)
-    columns = ["experiment", "run", *keys, *SUMMARY_METRICS]
+    counts = [name for name in SUMMARY_COUNTS if any(row[name] is not None for row in rows)]
+    columns = ["experiment", "run", *keys, *SUMMARY_METRICS, *counts]
     return [{c: row.get(c) for c in columns} for row in rows]
 
 
