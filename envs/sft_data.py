@@ -14,11 +14,15 @@ iterable of `Trace` works with `examples_from_traces`.
 `filter_correct` keeps the examples whose response grades correct (`envs.grade_batch`).
 `read_examples` loads such a file back (the handout's `sft.jsonl` layout), validating every
 record: a bad one raises `envs.DataError` naming the file, the line and the field.
+`check_examples_file` runs the same checks without keeping the records; the workflow calls it
+on the user's `sft_data` file while it plans the study, so a bad file stops the study before
+any job runs.
 
-Command line::
+Command line (also `rrl sft-data`; the workflow's `sft_data` rule runs it with `--no-filter`,
+leaving the filtering to the filtered SFT run, which records how many examples it kept)::
 
     python -m envs.sft_data --task math --out math_sft.jsonl [--split train] [--limit N]
-        [--no-filter]
+        [--template r1_zero] [--no-filter]
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import argparse
 import itertools
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from envs.base import RewardFn, Task, Trace, load_prompt, read_jsonl, render, require
@@ -110,13 +114,24 @@ def read_examples(path: str | Path) -> list[dict]:
     a JSON object, or a record whose `prompt`/`response` is not a non-empty string or whose
     `ground_truth` is not a string. Other fields are kept as they are.
     """
-    out = []
+    return list(iter_examples(path))
+
+
+def iter_examples(path: str | Path) -> Iterator[dict]:
+    """The records of :func:`read_examples`, one at a time (same checks, same errors)."""
     for lineno, record in read_jsonl(path):
         require(record, "prompt", str, path, lineno, nonempty=True)
         require(record, "response", str, path, lineno, nonempty=True)
         require(record, "ground_truth", str, path, lineno)
-        out.append(record)
-    return out
+        yield record
+
+
+def check_examples_file(path: str | Path) -> int:
+    """Validate a `{prompt, response, ground_truth}` JSONL(.gz) file; return its record count.
+
+    Raises `envs.DataError` ("FILE:LINE: ...") exactly as :func:`read_examples` does.
+    """
+    return sum(1 for _ in iter_examples(path))
 
 
 def write_jsonl(examples: Iterable[dict], path: str | Path) -> None:
@@ -129,31 +144,40 @@ def write_jsonl(examples: Iterable[dict], path: str | Path) -> None:
     tmp.replace(path)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m envs.sft_data") -> int:
     from envs import get_task, task_names
 
-    ap = argparse.ArgumentParser(prog="python -m envs.sft_data", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     ap.add_argument("--task", required=True, choices=task_names())
     ap.add_argument("--split", default="train")
     ap.add_argument("--out", required=True, help="output JSONL file")
     ap.add_argument("--limit", type=int, default=None, help="first N traces only")
     ap.add_argument("--path", default=None, help="read the task's data from this file")
+    ap.add_argument("--template", default="r1_zero", help="an r1-style prompt template")
     ap.add_argument("--no-filter", action="store_true", help="keep traces that grade wrong")
     args = ap.parse_args(argv)
 
     task = get_task(args.task)
     try:
-        examples = build_examples(task, args.split, limit=args.limit, path=args.path)
-    except ValueError as exc:  # DataError (names file, line and field) or an unknown split
+        examples = build_examples(
+            task, args.split, limit=args.limit, path=args.path, template=args.template
+        )
+    # DataError (names file, line and field), an unknown split or template, a missing file
+    except (ValueError, FileNotFoundError) as exc:
         print(f"{ap.prog}: {exc}", file=sys.stderr)
         return 2
     if args.no_filter:
         stats = {"total": len(examples), "kept": len(examples)}
     else:
-        examples, stats = filter_correct(examples, task.reward_fn("r1_zero"))
+        examples, stats = filter_correct(examples, task.reward_fn(args.template))
     write_jsonl(examples, args.out)
     print(json.dumps(stats), file=sys.stderr)
     return 0
+
+
+def main_sft_data(argv: list[str] | None = None) -> int:
+    """Entry point of `rrl sft-data` (the same command line)."""
+    return main(argv, prog="rrl sft-data")
 
 
 if __name__ == "__main__":

@@ -223,6 +223,30 @@ def test_summary_has_one_row_per_run_and_one_column_per_varied_setting(tmp_path)
     assert out.read_text() == first
 
 
+def test_summary_records_how_many_sft_examples_the_filter_kept(tmp_path):
+    """SFT runs' example counts from done.json become columns; other runs leave them empty."""
+    results = tmp_path / "results"
+    plain = make_run(results / "sft" / "default", lr=1e-4, accuracies=[0.2])
+    kept = make_run(results / "sft" / "filter_correct~true", lr=1e-4, accuracies=[0.3])
+    make_run(results / "grpo" / "default", lr=1e-4, accuracies=[0.4])
+    for run, counts in (
+        (plain, {"pool_examples": 20, "train_examples": 20}),
+        (kept, {"pool_examples": 20, "filtered_examples": 17, "train_examples": 17}),
+    ):
+        done = json.loads((run / "done.json").read_text())
+        (run / "done.json").write_text(json.dumps({**done, **counts}))
+    out = results / "summary.tsv"
+    assert rrl(["summary", "--out", str(out)]) == 0
+    header = out.read_text().splitlines()[0].split("\t")
+    assert header[-5:] == ["eval_examples", "wall_seconds", *report.SUMMARY_COUNTS]
+    by_run = {r["run"]: r for r in read_tsv(out)}
+    row = by_run["sft/filter_correct~true"]
+    assert (row["pool_examples"], row["kept_examples"], row["train_examples"]) == ("20", "17", "17")
+    row = by_run["sft/default"]
+    assert (row["pool_examples"], row["kept_examples"], row["train_examples"]) == ("20", "", "20")
+    assert by_run["grpo/default"]["pool_examples"] == ""
+
+
 def test_summary_falls_back_to_metrics_and_orders_given_runs(tmp_path):
     results = tmp_path / "r"
     a = make_run(results / "sft" / "max_examples~128", lr=1e-4, accuracies=[0.1, 0.35])

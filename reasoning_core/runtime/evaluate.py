@@ -199,6 +199,8 @@ class EvalConfig:
     data_path: str | None = None  # read the split from this JSONL instead of the vendored data
     limit: int | None = None  # evaluate only the first `limit` examples
     engine: Literal["vllm", "hf"] = "vllm"
+    # hf engine only (vLLM places itself): "auto" takes the CUDA GPU when there is one.
+    device: str = "auto"
     dtype: str = "float32"  # model dtype (bfloat16 on a GPU)
     n: int = 1
     temperature: float = 1.0
@@ -228,6 +230,12 @@ class EvalConfig:
             raise ConfigError(f"setting 'template'/'split': {exc}") from None
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"setting 'limit' must be >= 1, got {self.limit}")
+        if self.device != "auto" and not self.device.startswith(("cpu", "cuda")):
+            raise ConfigError(
+                f"setting 'device' must be auto, cpu, cuda or cuda:N, got {self.device!r}"
+            )
+        if self.device.startswith("cuda") and not _cuda_available():
+            raise ConfigError(f"setting 'device' is {self.device!r} but no CUDA GPU is available")
         try:
             self.sampling_params()
         except ValueError as exc:
@@ -247,9 +255,25 @@ class EvalConfig:
         )
 
 
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def build_engine(cfg: EvalConfig) -> RolloutEngine:
     if cfg.engine == "hf":
-        return make_engine("hf", cfg.model_path, None, dtype=cfg.dtype)
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        device = cfg.device
+        if device == "auto":
+            device = "cuda" if _cuda_available() else "cpu"
+        model = AutoModelForCausalLM.from_pretrained(
+            cfg.model_path, dtype=getattr(torch, cfg.dtype)
+        )
+        tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
+        return make_engine("hf", model.to(device), tokenizer)
     return make_engine(
         "vllm",
         cfg.model_path,

@@ -117,6 +117,49 @@ def _unique(items):
     return list(dict.fromkeys(items))
 
 
+# ---- SFT data -------------------------------------------------------------------------------
+# What every SFT run trains on, decided while the study is planned:
+#   - the `sft_data` setting: the user's file, checked now (a bad record stops snakemake before
+#     any job runs, naming the file, the line and the field);
+#   - `train_data` in the methods file or settings.sft: that file, passed on as it is;
+#   - a task with a built-in SFT pool (the tiny world's arithmetic task): that pool, as before;
+#   - any other task (MATH, GSM8K, Countdown): the set the `sft_data` rule builds from the
+#     task's own worked solutions, unfiltered (the filtered SFT run filters it and records how
+#     many examples it kept in its done.json).
+SFT_SETTINGS = METHOD_SETTINGS["sft"]
+SFT_TASK = SFT_SETTINGS.get("task", "math")  # defaults as in CommonConfig
+SFT_SPLIT = SFT_SETTINGS.get("train_split", "train")
+SFT_TEMPLATE = SFT_SETTINGS.get("template", "r1_zero")
+SFT_DATA_RULE_OUTPUT = f"{R}/sft_data/{SFT_TASK}_{SFT_SPLIT}.jsonl"
+
+
+def _sft_data_file():
+    """(file every SFT run gets as `train_data`, or None; whether the sft_data rule makes it)."""
+    import envs
+    from envs.sft_data import check_examples_file
+
+    if config.get("sft_data"):
+        path = Path(config["sft_data"])
+        path = path if path.is_absolute() else ROOT / path
+        try:
+            check_examples_file(path)
+        except envs.DataError as exc:
+            raise ValueError(f"setting 'sft_data': {exc}") from None
+        return str(path), False
+    if SFT_SETTINGS.get("train_data"):
+        return None, False
+    try:
+        task = envs.get_task(SFT_TASK)
+    except ValueError as exc:
+        raise ValueError(f"{METHODS_FILE}: section sft, setting 'task': {exc}") from None
+    if getattr(task, "sft_pool", None) is not None:
+        return None, False
+    return SFT_DATA_RULE_OUTPUT, True
+
+
+SFT_DATA, SFT_DATA_BUILT = _sft_data_file()
+
+
 # family -> (method, what it shows; used in plot titles and report captions)
 FAMILY_INFO = {
     "sft": ("sft", "SFT on 128 to all unique examples, and on the filtered (correct) set"),
@@ -163,10 +206,23 @@ METHOD_RUNS = _unique(
     + ([f"{R}/leaderboard"] if "leaderboard" in config["families"] else [])
 )
 
+# The SFT run the leaderboard recipe starts from (`leaderboard.init: sft`), named by its
+# folder under sft/ as the sweep tables name runs.
+LEADERBOARD_SFT_RUN = config["leaderboard"].get("sft_run", "default")
+if canonical_variant("sft", LEADERBOARD_SFT_RUN) != LEADERBOARD_SFT_RUN:
+    raise ValueError(
+        f"setting 'leaderboard.sft_run': {LEADERBOARD_SFT_RUN!r} is not a run folder name; "
+        f"the run with these settings is {canonical_variant('sft', LEADERBOARD_SFT_RUN)!r}"
+    )
+LEADERBOARD_STARTS_FROM_SFT = (
+    "leaderboard" in config["families"] and config["leaderboard"].get("init", "sft") == "sft"
+)
+
 ALL_RUNS = _unique(
     ([f"{R}/base"] if BUILD_BASE else [])
     + METHOD_RUNS
     + [run for family in FAMILIES for run in FAMILY_RUNS[family]]
+    + ([f"{R}/sft/{LEADERBOARD_SFT_RUN}"] if LEADERBOARD_STARTS_FROM_SFT else [])
 )
 
 ALL_PLOTS = (
@@ -253,4 +309,24 @@ def family_panels(wildcards):
 
 def leaderboard_init():
     """done.json of the run the leaderboard recipe starts from (none: the base model)."""
-    return [f"{R}/sft/default/done.json"] if config["leaderboard"]["init"] == "sft" else []
+    if config["leaderboard"].get("init", "sft") == "sft":
+        return [f"{R}/sft/{LEADERBOARD_SFT_RUN}/done.json"]
+    return []
+
+
+def sft_data_input():
+    """The SFT data file every SFT job reads, when the study names or builds one."""
+    return [SFT_DATA] if SFT_DATA else []
+
+
+def sft_settings():
+    """--set arguments of every SFT run: settings.sft, then the study's SFT data file."""
+    args = command_settings("sft")
+    if SFT_DATA:
+        args = f"{args} {set_args({'train_data': SFT_DATA})}"
+    return args.strip()
+
+
+def sft_data_limit():
+    limit = config.get("sft_data_limit")
+    return f"--limit {int(limit)}" if limit else ""

@@ -31,7 +31,8 @@ rule grpo:
 
 
 # The leaderboard recipe: GRPO with the settings of `leaderboard.settings`, started from the
-# default SFT run's checkpoint (`leaderboard.init: sft`) or from the base model.
+# checkpoint of the SFT run `leaderboard.sft_run` (`leaderboard.init: sft`; the default run
+# unless the configuration names another, e.g. the filtered one) or from the base model.
 rule leaderboard:
     input:
         methods=METHODS_FILE,

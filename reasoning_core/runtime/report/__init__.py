@@ -35,6 +35,7 @@ from reasoning_core.runtime.report.runs import (
     short_names,
 )
 from reasoning_core.runtime.report.table import (
+    SUMMARY_COUNTS,
     SUMMARY_METRICS,
     main_summary,
     summary_rows,
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = [
+    "SUMMARY_COUNTS",
     "SUMMARY_METRICS",
     "find_runs",
     "format_value",

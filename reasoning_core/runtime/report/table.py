@@ -12,6 +12,13 @@ from typing import Any
 from reasoning_core.runtime.report.runs import find_runs, read_json, read_metrics, read_yaml
 
 SUMMARY_METRICS = ("eval_accuracy", "eval_format_reward", "eval_examples", "wall_seconds")
+# Optional columns: summary.tsv name -> done.json key; a column appears when any run has it
+# (SFT runs do): examples read, kept by filter_correct (empty when unfiltered), trained on.
+SUMMARY_COUNTS = {
+    "pool_examples": "pool_examples",
+    "kept_examples": "filtered_examples",
+    "train_examples": "train_examples",
+}
 
 
 def varied_settings(relative: str) -> dict[str, str]:
@@ -56,6 +63,8 @@ def summary_rows(runs: Sequence[str | Path], results: str | Path) -> list[dict[s
         for name in SUMMARY_METRICS:
             value = done.get(name)
             row[name] = value if value is not None else fallback[name]
+        for name, key in SUMMARY_COUNTS.items():
+            row[name] = done.get(key)
         rows.append(row)
     for row in rows:
         varied, config = row.pop("_varied"), row.pop("_config")
@@ -64,7 +73,8 @@ def summary_rows(runs: Sequence[str | Path], results: str | Path) -> list[dict[s
                 row[key] = config[key]
             else:
                 row[key] = varied.get(key)
-    columns = ["experiment", "run", *keys, *SUMMARY_METRICS]
+    counts = [name for name in SUMMARY_COUNTS if any(row[name] is not None for row in rows)]
+    columns = ["experiment", "run", *keys, *SUMMARY_METRICS, *counts]
     return [{c: row.get(c) for c in columns} for row in rows]
 
 

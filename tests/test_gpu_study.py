@@ -1,0 +1,86 @@
+"""The prepared GPU study (benchmarks/gpu_study.py) must not rot: its reduced configuration
+plans one job per family with a GPU each, every setting it passes names a real trainer setting,
+the `rrl` wrapper records exit status and time, and the wheel list is computable. The whole
+script runs end to end with ``--tiny`` (about 10 minutes on the 2-core machine), by hand."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from test_workflow import known_settings, planned_jobs, resources, snakemake
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import gpu_study  # noqa: E402
+
+
+def test_reduced_config_plans_every_family_once_on_a_gpu(tmp_path):
+    result = snakemake("-n", "--configfile", str(gpu_study.REDUCED), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr + result.stdout
+    jobs = planned_jobs(result.stdout)
+    runs = sorted(j["output"] for j in jobs if j["rule"] in gpu_study.TRAINING_RULES)
+    prefix = "results/gpu_math_reduced/"
+    assert runs == [
+        prefix + r + "/done.json"
+        for r in (
+            "ei/default",
+            "grpo/default",
+            "grpo/epochs_per_rollout_batch~2/gradient_accumulation_steps~4/loss_type~grpo_clip"
+            "/n_grpo_steps~1/train_batch_size~8",
+            "leaderboard",
+            "sft/default",
+            "sft/filter_correct~true",
+            "zero_shot",
+        )
+    ]
+    training = [j for j in jobs if j["rule"] in gpu_study.TRAINING_RULES]
+    assert all(resources(j).get("gpu") == "1" for j in training)
+    assert [j for j in jobs if j["rule"] == "sft_data"]
+
+
+def test_every_setting_the_study_passes_is_a_real_setting():
+    cfg = yaml.safe_load(gpu_study.REDUCED.read_text())
+    for overrides in (cfg["settings"], gpu_study.TINY_OVERRIDES["settings"]):
+        for command, settings in overrides.items():
+            assert set(settings) <= known_settings(command), (command, settings)
+    assert set(cfg["leaderboard"]["settings"]) <= known_settings("grpo")
+    assert set(gpu_study.FULL_STEP) <= known_settings("grpo")
+    assert set(gpu_study.TINY_FULL_STEP) <= known_settings("grpo")
+    # The full step is the handout's: 256 rollouts = 32 questions x 8, 1,024 tokens, micro 2.
+    full = gpu_study.FULL_STEP
+    assert (full["rollout_batch_size"], full["group_size"], full["sampling_max_tokens"]) == (
+        256,
+        8,
+        1024,
+    )
+    assert full["train_batch_size"] // full["gradient_accumulation_steps"] == 2
+
+
+def test_rrl_wrapper_records_status_and_time(tmp_path):
+    stats = tmp_path / "stats.jsonl"
+    env = {**os.environ, "RRL_JOB_STATS": str(stats), "PYTHONPATH": str(ROOT)}
+    shim = [sys.executable, str(ROOT / "benchmarks/gpu_study_rrl.py")]
+    ok = subprocess.run([*shim, "--help"], env=env, capture_output=True, text=True)
+    bad = subprocess.run(
+        [*shim, "sft", "--out", str(tmp_path / "run")], env=env, capture_output=True, text=True
+    )
+    assert (ok.returncode, bad.returncode) == (0, 2), bad.stderr
+    first, second = [json.loads(line) for line in stats.read_text().splitlines()]
+    assert first["rc"] == 0 and first["out"] is None
+    assert second["rc"] == 2 and second["out"] == str(tmp_path / "run")
+    assert second["wall_seconds"] >= 0 and second["cuda_peak_allocated_gib"] is None
+
+
+def test_wheel_list_covers_what_the_device_lacks():
+    closure = gpu_study.requirement_closure()
+    device = gpu_study.device_packages()
+    assert {"torch", "transformers", "pyyaml", "sympy"} <= device
+    assert {"snakemake", "math-verify", "latex2sympy2-extended", "jsonschema"} <= set(closure)
+    bring = set(closure) - device
+    assert "snakemake" in bring and "sympy" not in bring
