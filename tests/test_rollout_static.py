@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -415,3 +416,25 @@ def test_cuda_graphs_give_the_hf_engine_outputs(tokenizer, compile):
         for c in completions:
             ref = reference_logprobs(cpu_model, prompt_ids, c.token_ids)
             torch.testing.assert_close(torch.tensor(c.logprobs), ref, atol=1e-4, rtol=0)
+
+
+def test_rollout_gpu_benchmark_runs_tiny(tmp_path):
+    """benchmarks/rollout_gpu.py (the H200 measurement of issue 17) must not rot: --tiny runs
+    the same code on CPU and writes the JSON and the log, with the static/HF ratio."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks/rollout_gpu.py"
+    spec = importlib.util.spec_from_file_location("rollout_gpu", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--tiny", "--out", str(tmp_path)]) == 0
+    (report_path,) = tmp_path.glob("rollout_gpu_*.json")
+    report = json.loads(report_path.read_text())
+    for rows in (4, 8):
+        static, hf = report["runs"][f"static_eager/rows{rows}"], report["runs"][f"hf/rows{rows}"]
+        assert static["new_tokens_total"] == rows * 32 == hf["new_tokens_total"]
+        assert static["ttft_seconds"] > 0 and static["logprob_max_abs_error"] < 1e-4
+        ratio = static["new_tokens_per_s"] / hf["new_tokens_per_s"]
+        assert report["summary"][f"ratio_static_eager_over_hf/rows{rows}"] == pytest.approx(ratio)
+    log = next(tmp_path.glob("rollout_gpu_*.log")).read_text()
+    assert "static (eager) / hf engine" in log
