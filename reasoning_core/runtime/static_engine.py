@@ -150,7 +150,8 @@ def sample_on_device(
     if params.temperature == 0.0:
         tokens = masked.argmax(dim=-1)
     else:
-        probs = torch.softmax(masked / params.temperature, dim=-1)
+        scaled = masked if params.temperature == 1.0 else masked / params.temperature
+        probs = torch.softmax(scaled, dim=-1)
         if params.top_p < 1.0:
             sorted_probs, order = probs.sort(dim=-1, descending=True)
             # the smallest prefix whose mass reaches top_p (the top token always stays)
@@ -311,6 +312,7 @@ class StaticEngine:
         self._weights_seen: tuple[int, ...] = ()
         self._step_fn = torch.compile(self._decode, fullgraph=True) if compile else self._decode
         self._token_text: list[str] | None = None
+        self._stop_shape: tuple[int, bool] = (0, True)
         self._host: list[tuple[Tensor, Tensor, Any]] = []
         self.stats: dict[str, float] = {
             "graphs": 0,
@@ -570,6 +572,10 @@ class StaticEngine:
         cache = self._cache
         assert cache is not None
         n = params.n
+        stops = params.stop
+        # (longest stop string, all ASCII): a stop string can only complete inside the last
+        # ``longest - 1`` characters plus the new token's text, when characters are bytes
+        self._stop_shape = (max(map(len, stops), default=0), all(s.isascii() for s in stops))
         samples = [_Sample() for _ in range(len(encoded) * n)]
         pending = deque(range(len(samples)))
         buckets = row_buckets(cache.rows)
@@ -739,10 +745,10 @@ class StaticEngine:
             sample.done = self._complete(sample, "stop", params)
         elif stops:
             piece = self._piece(tok)
-            longest = max(len(s) for s in stops)
+            longest, ascii_stops = self._stop_shape
             if count > params.min_tokens:
                 window = (sample.tail[-(longest - 1) :] if longest > 1 else "") + piece
-                if not all(s.isascii() for s in stops) or any(s in window for s in stops):
+                if not ascii_stops or any(s in window for s in stops):
                     text = self.tokenizer.decode(sample.tokens, skip_special_tokens=True)
                     cut = _find_stop(self.tokenizer, text, sample.tokens, params)
                     if cut is not None:
