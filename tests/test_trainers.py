@@ -830,3 +830,13 @@ def test_compiled_training_forward_gives_the_eager_updates(world, tmp_path, monk
     for a, b in zip(eager, compiled, strict=True):
         for key in ("loss", "grad_norm", "entropy"):
             assert b[key] == pytest.approx(a[key], rel=1e-3), key
+
+
+def test_grpo_runs_with_the_static_engine(world, tmp_path):
+    """engine: static samples the rollouts and evaluations of a short GRPO run on CPU."""
+    cfg = {**GRPO, "engine": "static", "n_grpo_steps": 2, "eval_every": 0}
+    lines = _run(grpo, cfg, world, tmp_path / "run")
+    train = [r for r in lines if r["split"] == "train"]
+    assert [r["step"] for r in train] == [1, 2, 3, 4]
+    assert all(r["response_length"] > 0 for r in train)
+    assert [r["num_examples"] for r in lines if r["split"] == "eval"] == [8, 8]
