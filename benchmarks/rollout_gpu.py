@@ -5,7 +5,14 @@ Builds a *randomly initialised* model with the Qwen2.5-Math-1.5B architecture
 151,936 ids (so a prompt string encodes to exactly the ids drawn; nothing is downloaded), then
 for each row count (default 64 and 256 rows, one sample per prompt) generates 1,024 new tokens
 after a 128-token prompt with every row running to full length (``min_tokens = max_tokens``
-masks EOS; no stop strings). For each engine and row count it records:
+masks EOS; no stop strings).
+
+First, ``correctness``: on a tiny fp32 model on the same device, each static mode's greedy
+tokens must be the HF engine's and its log-probs the policy's within 1e-4 (with refills, row
+and span buckets and captured graphs); a failure is recorded as that entry's error. This is the
+GPU test of tests/test_rollout_static.py, runnable where pytest is not installed.
+
+Then, for each engine and row count:
 
 - ``new_tokens_per_s``: a warm ``generate`` call (the static engine's graphs already captured);
 - ``first_call_seconds``: the cold call of the same shape (capture, and compilation when on);
@@ -169,6 +176,57 @@ def logprob_error(engine, model, tokenizer, device, prompt_len: int, vocab: int,
     return worst
 
 
+@torch.no_grad()
+def correctness(device: torch.device, modes: list[str], mode_options: dict) -> dict[str, Any]:
+    """The captured path against the HF engine on a tiny fp32 Qwen2 on ``device``: 5 prompts
+    of 3 to 40 tokens, 3 samples each, 4 rows at a time (refills, row and span buckets), 40
+    greedy tokens must be the HF engine's; sampled (top-p 0.9) log-probs must equal a plain
+    forward's within 1e-4. Runs where no pytest is installed (the lent GPU machine)."""
+    from transformers import Qwen2Config
+
+    config = Qwen2Config(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=1024,
+        tie_word_embeddings=False, eos_token_id=0, bos_token_id=0,
+    )  # fmt: skip
+    model = build_model(config, device, torch.float32)
+    model.lm_head.weight.normal_(0.0, 0.3)  # clear greedy winners
+    tokenizer = build_tokenizer(512, 0)
+    prompts = [make_prompts(1, length, 512, 0, seed=length)[0] for length in (3, 9, 17, 26, 40)]
+    greedy = SamplingParams(n=3, temperature=0.0, max_tokens=40, stop=[])
+    reference = make_engine("hf", model, tokenizer).generate(prompts, greedy)
+    sampled = SamplingParams(n=2, max_tokens=40, top_p=0.9, stop=[], seed=0)
+    result: dict[str, Any] = {}
+    for mode in modes:
+        engine = make_engine("static", model, tokenizer, max_batch_size=4, **mode_options[mode])
+        out = engine.generate(prompts, greedy)
+        same = [
+            a.token_ids == b.token_ids
+            for xs, ys in zip(out, reference, strict=True)
+            for a, b in zip(xs, ys, strict=True)
+        ]
+        worst = 0.0
+        for prompt, cs in zip(prompts, engine.generate(prompts, sampled), strict=True):
+            p_ids = tokenizer.encode(prompt, add_special_tokens=False)
+            for c in cs:
+                ids = torch.tensor([p_ids + c.token_ids], device=device)
+                logp = torch.log_softmax(model(ids).logits[0].float(), dim=-1)
+                pos = torch.arange(len(p_ids) - 1, ids.shape[1] - 1, device=device)
+                ref = logp[pos, ids[0, len(p_ids) :]].cpu()
+                worst = max(worst, (torch.tensor(c.logprobs) - ref).abs().max().item())
+        result[mode] = {
+            "greedy_rows_equal_hf": sum(same),
+            "rows": len(same),
+            "logprob_max_abs_error": worst,
+            "passed": all(same) and worst < 1e-4,
+            "graphs": engine.stats["graphs"],
+            "refills": engine.stats["refills"],
+            "compactions": engine.stats["compactions"],
+        }
+        engine.close()
+    return result
+
+
 def measure(
     kind: str,
     options: dict[str, Any],
@@ -223,6 +281,12 @@ def measure(
 def _line(name: str, r: dict[str, Any]) -> str:
     if "error" in r:
         return f"{name}: ERROR {r['error']}"
+    if name == "correctness":
+        return "correctness (tiny fp32 model, vs the HF engine): " + "; ".join(
+            f"{mode}: greedy {v['greedy_rows_equal_hf']}/{v['rows']} rows equal, log-prob err "
+            f"{v['logprob_max_abs_error']:.1e}, {v['graphs']} graphs, {v['refills']} refills"
+            for mode, v in r.items()
+        )
     parts = [f"{r['new_tokens_per_s']:,.0f} new tok/s ({r['seconds']:.2f} s)"]
     parts.append(f"ttft {r['ttft_seconds'] * 1e3:.0f} ms")
     if "first_call_seconds" in r:
@@ -315,6 +379,14 @@ def main(argv: list[str] | None = None) -> int:
         log(_line(name, r))
         json_path.write_text(json.dumps(report, indent=1, default=str) + "\n")
 
+    def check() -> dict[str, Any]:
+        r = correctness(device, modes, mode_options)
+        failed = [m for m, v in r.items() if not v["passed"]]
+        if failed:
+            raise AssertionError(f"static engine modes {failed} differ from the HF engine: {r}")
+        return r
+
+    record("correctness", check)
     for rows in plan["rows"]:
         for mode in modes:
             record(
