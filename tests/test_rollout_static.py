@@ -436,7 +436,7 @@ def test_rollout_gpu_benchmark_runs_tiny(tmp_path):
         assert static["ttft_seconds"] > 0 and static["logprob_max_abs_error"] < 1e-4
         ratio = static["new_tokens_per_s"] / hf["new_tokens_per_s"]
         assert report["summary"][f"ratio_static_eager_over_hf/rows{rows}"] == pytest.approx(ratio)
-    check = report["runs"]["correctness"]["eager"]
+    check = report["runs"]["correctness_eager"]
     assert check["passed"] and check["greedy_rows_equal_hf"] == check["rows"] == 15
     assert check["refills"] > 0
     log = next(tmp_path.glob("rollout_gpu_*.log")).read_text()

@@ -310,7 +310,10 @@ class StaticEngine:
         self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, Tensor]] = {}
         self._graph_pool: Any = None
         self._weights_seen: tuple[int, ...] = ()
-        self._step_fn = torch.compile(self._decode, fullgraph=True) if compile else self._decode
+        # dynamic=True: one compilation serves every (rows, span) shape (0/1 sizes aside)
+        self._step_fn = (
+            torch.compile(self._decode, fullgraph=True, dynamic=True) if compile else self._decode
+        )
         self._token_text: list[str] | None = None
         self._stop_shape: tuple[int, bool] = (0, True)
         self._host: list[tuple[Tensor, Tensor, Any]] = []
