@@ -364,7 +364,6 @@ class StaticEngine:
             rows, length = max(rows, cache.rows), max(length, cache.max_len)
         self.close()
         length = _round_up(length, _LEN_QUANTUM)
-        max_pos = getattr(self.model.config, "max_position_embeddings", None)
         dev, dtype = self.device, next(self.model.parameters()).dtype
         shape = (rows, self.kv_heads, length, self.head_dim)
         layers = len(self.layers)
@@ -392,9 +391,6 @@ class StaticEngine:
             rows=rows,
             max_len=length,
         )
-        if max_pos is not None and length > max_pos:
-            # The table is still exact for default RoPE; said so the reader is not surprised.
-            self.stats["beyond_max_position_embeddings"] = length
         if dev.type == "cuda":
             self._host = [
                 (
