@@ -979,3 +979,13 @@ def test_tensorboard_tracker_gets_the_runs_metrics_lines(world, tmp_path):
         got = [(e.step, e.value) for e in events.Scalars(f"{split}/{key}")]
         assert len(want) >= 2 and [s for s, _ in got] == [s for s, _ in want], key
         assert [v for _, v in got] == pytest.approx([v for _, v in want], rel=1e-6), key
+
+
+def test_grpo_runs_with_the_static_engine(world, tmp_path):
+    """engine: static samples the rollouts and evaluations of a short GRPO run on CPU."""
+    cfg = {**GRPO, "engine": "static", "n_grpo_steps": 2, "eval_every": 0}
+    lines = _run(grpo, cfg, world, tmp_path / "run")
+    train = [r for r in lines if r["split"] == "train"]
+    assert [r["step"] for r in train] == [1, 2, 3, 4]
+    assert all(r["response_length"] > 0 for r in train)
+    assert [r["num_examples"] for r in lines if r["split"] == "eval"] == [8, 8]

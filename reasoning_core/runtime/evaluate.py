@@ -198,8 +198,8 @@ class EvalConfig:
     template: str = "r1_zero"
     data_path: str | None = None  # read the split from this JSONL instead of the vendored data
     limit: int | None = None  # evaluate only the first `limit` examples
-    engine: Literal["vllm", "hf"] = "vllm"
-    # hf engine only (vLLM places itself): "auto" takes the CUDA GPU when there is one.
+    engine: Literal["vllm", "hf", "static"] = "vllm"
+    # hf and static engines only (vLLM places itself): "auto" takes the CUDA GPU when there is one.
     device: str = "auto"
     dtype: str = "float32"  # model dtype (bfloat16 on a GPU)
     n: int = 1
@@ -262,7 +262,7 @@ def _cuda_available() -> bool:
 
 
 def build_engine(cfg: EvalConfig) -> RolloutEngine:
-    if cfg.engine == "hf":
+    if cfg.engine in ("hf", "static"):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -273,7 +273,7 @@ def build_engine(cfg: EvalConfig) -> RolloutEngine:
             cfg.model_path, dtype=getattr(torch, cfg.dtype)
         )
         tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
-        return make_engine("hf", model.to(device), tokenizer)
+        return make_engine(cfg.engine, model.to(device), tokenizer)
     return make_engine(
         "vllm",
         cfg.model_path,

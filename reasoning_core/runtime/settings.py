@@ -60,7 +60,8 @@ class CommonConfig:
     # Rollout engine. vLLM runs in-process: colocated on the policy's GPU (give it a memory
     # share with engine_kwargs.gpu_memory_utilization) or, on two GPUs, with the policy on
     # device "cuda:1" while vLLM takes cuda:0 (see README, "GPU runs").
-    engine: Literal["hf", "vllm"] = "hf"
+    # "static": preallocated KV cache and CUDA-graph decode steps, no vLLM needed.
+    engine: Literal["hf", "static", "vllm"] = "hf"
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     # Optimizer and schedule (AdamW).
     lr: float = 1e-5

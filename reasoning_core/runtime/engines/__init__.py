@@ -4,7 +4,9 @@ one factory that builds them.
 - :mod:`~reasoning_core.runtime.engines.hf`: :class:`HFEngine`, our own batched sampling loop
   over a Hugging Face model (any machine);
 - :mod:`~reasoning_core.runtime.engines.vllm`: :class:`VLLMEngine`, an in-process ``vllm.LLM``
-  with weight sync (vLLM itself is imported only when such an engine starts).
+  with weight sync (vLLM itself is imported only when such an engine starts);
+- :mod:`~reasoning_core.runtime.engines.static`: :class:`StaticEngine`, the live policy module
+  decoded over a preallocated KV cache, decode steps captured as CUDA graphs on a GPU.
 """
 
 from __future__ import annotations
@@ -13,27 +15,31 @@ from pathlib import Path
 from typing import Any
 
 from reasoning_core.runtime.engines.hf import HFEngine
+from reasoning_core.runtime.engines.static import StaticEngine
 from reasoning_core.runtime.engines.vllm import VLLMEngine
 from reasoning_core.runtime.rollout import RolloutEngine
 
-ENGINES = ("hf", "vllm")
+ENGINES = ("hf", "static", "vllm")
 
 
 def make_engine(kind: str, model: Any, tokenizer: Any = None, **kwargs: Any) -> RolloutEngine:
     """Build a rollout engine.
 
     Args:
-        kind: ``"hf"`` or ``"vllm"``.
+        kind: ``"hf"``, ``"static"`` or ``"vllm"``.
         model: a Hugging Face causal LM (``torch.nn.Module``) or the path of a model folder.
             vLLM always loads from a folder; given a module, the ``"vllm"`` engine first saves it
             (with ``tokenizer``) to a temporary folder.
         tokenizer: the tokenizer (optional when ``model`` is a folder that holds one).
-        kwargs: engine options, see :class:`HFEngine` (``max_batch_size``, ``dtype``) and
+        kwargs: engine options, see :class:`HFEngine` (``max_batch_size``, ``dtype``),
+            :class:`StaticEngine` and
             :class:`VLLMEngine` (``dtype``, ``seed``, ``max_model_len``, ``kv_cache_memory_bytes``,
             ``gpu_memory_utilization``, ``enforce_eager``, any ``vllm.LLM`` argument).
     """
     if kind == "hf":
         return HFEngine(model, tokenizer, **kwargs)
+    if kind == "static":
+        return StaticEngine(model, tokenizer, **kwargs)
     if kind == "vllm":
         if isinstance(model, (str, Path)):
             return VLLMEngine(model, tokenizer=tokenizer, **kwargs)
@@ -41,4 +47,4 @@ def make_engine(kind: str, model: Any, tokenizer: Any = None, **kwargs: Any) -> 
     raise ValueError(f"unknown engine kind {kind!r}; expected one of {list(ENGINES)}")
 
 
-__all__ = ["ENGINES", "HFEngine", "VLLMEngine", "make_engine"]
+__all__ = ["ENGINES", "HFEngine", "StaticEngine", "VLLMEngine", "make_engine"]
