@@ -4,7 +4,7 @@
   batch with ``envs.grade_batch``; returns summary metrics and one record per response. The
   trainers call it for their periodic evaluation.
 - :func:`category_report`: the handout's three categories (format 1 & answer 1; format 1 &
-  answer 0; format 0) with counts and a few examples each.
+  answer 0; format 0) with counts and the first 10 examples of each in eval order.
 - :func:`~reasoning_core.runtime.generations.log_generations` (SPEC section 1), the
   in-the-loop logging, is in its own module beside this one.
 - ``rrl eval --config F --out DIR`` (:func:`main`): writes ``config.yaml``,
@@ -55,9 +55,12 @@ class EvalResult(NamedTuple):
 
     ``summary`` keys: ``accuracy`` (= mean answer reward), ``answer_reward``,
     ``format_reward``, ``reward``, ``num_examples``, ``num_responses``, ``response_length``
-    (mean tokens), ``finish_length_fraction`` (share cut at ``max_tokens``) and one count per
-    category (``correct``, ``wrong_answer``, ``bad_format``); wall-clock under ``time/generate``
-    and ``time/grade``.
+    (mean tokens), ``response_length_correct`` / ``response_length_incorrect`` (mean tokens of
+    the responses with answer reward 1 / the others; None when none), ``finish_length_fraction``
+    (share cut at ``max_tokens``), one count per category (``correct``, ``wrong_answer``,
+    ``bad_format``), ``grade/timeouts`` and ``grade/errors`` (responses that scored 0 because
+    grading timed out or raised; a warning goes to stderr when either is non-zero);
+    wall-clock under ``time/generate`` and ``time/grade``.
     """
 
     summary: dict[str, Any]
@@ -141,12 +144,33 @@ def evaluate_policy(
         record["answer_reward"] = float(score["answer_reward"])
         record["category"] = category(record)
     summary = summarize(records, num_examples=len(examples))
+    summary.update(scores.metrics())  # keep `scores` a GradeResults: list() drops the counts
+    warn_grading(summary)
     summary["time/generate"] = t1 - t0
     summary["time/grade"] = time.perf_counter() - t1
     return EvalResult(summary, records)
 
 
+def warn_grading(summary: dict[str, Any], where: str = "eval") -> str | None:
+    """Print (stderr) and return a warning when ``summary``'s ``grade/timeouts`` or
+    ``grade/errors`` is non-zero: those responses scored 0 whatever they said."""
+    timeouts = summary.get("grade/timeouts") or 0
+    errors = summary.get("grade/errors") or 0
+    if not (timeouts or errors):
+        return None
+    message = (
+        f"[{where}] warning: grading timed out on {timeouts} and raised on {errors} of "
+        f"{summary.get('num_responses')} responses; they scored 0 (see grade/timeouts, "
+        "grade/errors)"
+    )
+    print(message, file=sys.stderr)
+    return message
+
+
 def summarize(records: list[dict[str, Any]], num_examples: int | None = None) -> dict[str, Any]:
+    """Means over ``records`` (see :class:`EvalResult`); ``response_length_correct`` and
+    ``response_length_incorrect`` are the mean tokens of the responses with answer reward 1
+    and of the others (None when there are none), as ``log_generations`` reports them."""
     n = len(records)
 
     def mean(key: str) -> float:
@@ -164,13 +188,34 @@ def summarize(records: list[dict[str, Any]], num_examples: int | None = None) ->
             sum(r["finish_reason"] == "length" for r in records) / n if n else 0.0
         ),
     }
+    right = [r["response_length"] for r in records if is_one(r["answer_reward"])]
+    wrong = [r["response_length"] for r in records if not is_one(r["answer_reward"])]
+    summary["response_length_correct"] = sum(right) / len(right) if right else None
+    summary["response_length_incorrect"] = sum(wrong) / len(wrong) if wrong else None
     for name in CATEGORIES:
         summary[name] = sum(category(r) == name for r in records)
     return summary
 
 
-def category_report(records: list[dict[str, Any]], examples_per_category: int = 3) -> dict:
-    """Counts, fractions and the first few records of each category."""
+EVAL_LINE_KEYS = (
+    "response_length",
+    "response_length_correct",
+    "response_length_incorrect",
+    "grade/timeouts",
+    "grade/errors",
+)
+
+
+def eval_line_stats(summary: dict[str, Any]) -> dict[str, Any]:
+    """The ``summary`` values every ``eval`` metrics line carries besides the rewards: response
+    lengths (overall, correct, incorrect) and the grading's ``grade/timeouts``/``grade/errors``."""
+    return {key: summary[key] for key in EVAL_LINE_KEYS}
+
+
+def category_report(records: list[dict[str, Any]], examples_per_category: int = 10) -> dict:
+    """Counts, fractions and the first ``examples_per_category`` records of each category, in
+    eval order (the order of ``records``): the same examples on every rerun. The handout asks
+    users to read at least 10 bad-format and 10 wrong-answer cases, hence the default."""
     n = max(1, len(records))
     report = {}
     for name in CATEGORIES:
@@ -215,7 +260,8 @@ class EvalConfig:
     kv_cache_memory_bytes: int | None = None  # vLLM only (default 1 GiB on CPU)
     gpu_memory_utilization: float = 0.85  # vLLM on a GPU only
     grade_timeout: float = 10.0
-    examples_per_category: int = 3
+    # summary.json lists the first N responses of each category in eval order (handout: >= 10).
+    examples_per_category: int = 10
 
     def validate(self) -> None:
         if self.task not in envs.task_names():
@@ -228,6 +274,10 @@ class EvalConfig:
             task.check_split(self.split)
         except ValueError as exc:
             raise ConfigError(f"setting 'template'/'split': {exc}") from None
+        if self.examples_per_category < 0:
+            raise ConfigError(
+                f"setting 'examples_per_category' must be >= 0, got {self.examples_per_category}"
+            )
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"setting 'limit' must be >= 1, got {self.limit}")
         if self.device != "auto" and not self.device.startswith(("cpu", "cuda")):
@@ -333,7 +383,7 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
                 "format_reward": summary["format_reward"],
                 "reward": summary["reward"],
                 "num_examples": summary["num_examples"],
-                "response_length": summary["response_length"],
+                **eval_line_stats(summary),
                 "time/elapsed": t2 - t0,
                 "time/startup": t1 - t0,
                 "time/rollout": summary["time/generate"],

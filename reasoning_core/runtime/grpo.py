@@ -193,6 +193,7 @@ def train(cfg: GRPOConfig, out: str) -> dict:
         scored = ScoredRollouts(tokens, raw, advantages, old)
         rollout_stats = {
             **reward_means(ro.scores),
+            **ro.grade_metrics,  # this rollout batch's, repeated on each of its lines
             "response_length": ro.mean_length,
             "frac_constant_groups": float(adv_meta["frac_constant_groups"]),
         }

@@ -34,7 +34,7 @@ from reasoning_core.runtime.config import (
     save_config,
 )
 from reasoning_core.runtime.engines import make_engine
-from reasoning_core.runtime.evaluate import evaluate_policy
+from reasoning_core.runtime.evaluate import eval_line_stats, evaluate_policy
 from reasoning_core.runtime.metrics import MetricsWriter, write_generations, write_json_atomic
 from reasoning_core.runtime.policy import (
     load_policy,
@@ -199,7 +199,7 @@ class Evaluator:
             "format_reward": summary["format_reward"],
             "reward": summary["reward"],
             "num_examples": summary["num_examples"],
-            "response_length": summary["response_length"],
+            **eval_line_stats(summary),
             "time/sync": t1 - t0,
             "time/eval": t2 - t1,
         }
