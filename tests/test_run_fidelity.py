@@ -23,6 +23,7 @@ import envs
 from reasoning_core.runtime import ei, evaluate, grpo, sft
 from reasoning_core.runtime.metrics import read_metrics
 from reasoning_core.runtime.rollout import Completion
+from reasoning_core.runtime.settings import RESUME_MAY_CHANGE
 from reasoning_core.runtime.tinyworld import main as tiny_world_main
 
 WORLD = ["steps=6", "batch_size=8", "tokenizer_docs=2000", "log_every=2"]
@@ -251,3 +252,51 @@ def test_summary_lists_the_first_ten_of_each_category_in_eval_order(tmp_path, mo
         assert listed["count"] == 12
         want = [ids[i] for i, k in enumerate(kinds) if k == kind][:10]
         assert [r["id"] for r in listed["examples"]] == want, name
+
+
+# --------------------------------------------------------------------------- wall-clock budget
+
+
+@pytest.mark.parametrize(
+    ("module", "base", "per_iteration"),
+    [(grpo, GRPO, 2), (ei, EI, None), (sft, {**SFT, "max_steps": 4}, 1)],
+)
+def test_max_wall_seconds_stops_evaluates_and_saves(
+    world, tmp_path, monkeypatch, module, base, per_iteration
+):
+    """A budget of 1 microsecond is spent by the first iteration: the run stops there, with an
+    evaluation at the step reached, a checkpoint and done.json saying so."""
+    scripted_rollouts.install(monkeypatch)  # EI keeps a rollout per question: it takes steps
+    out = tmp_path / "run"
+    values = {**base, "eval_every": 0, "save_every": 1, "model_path": str(world)}
+    argv = [*sets({**values, "max_wall_seconds": 1e-6}), "--out", str(out)]
+    assert module.main(argv) == 0
+    done = json.loads((out / "done.json").read_text())
+    records = read_metrics(out)
+    last_step = max(r["step"] for r in records)
+    assert done["stopped_on_budget"] is True
+    assert done["iterations_done"] == 1 and done["iterations_planned"] > 1
+    assert done["step"] == last_step >= 1
+    if per_iteration is not None:  # optimizer steps of one iteration (EI's depend on kept)
+        assert last_step == per_iteration
+    evals = [r for r in records if r["split"] == "eval"]
+    assert [r["step"] for r in evals] == [0, last_step]  # at start and where it stopped
+    assert done["eval_accuracy"] == evals[-1]["accuracy"]
+    assert (out / "checkpoint" / "config.json").is_file()
+    assert not (out / "state").exists()
+
+
+def test_unspent_budget_runs_to_the_end(world, tmp_path):
+    out = tmp_path / "run"
+    values = {**SFT, "max_steps": 2, "max_wall_seconds": 3600, "model_path": str(world)}
+    assert sft.main([*sets(values), "--out", str(out)]) == 0
+    done = json.loads((out / "done.json").read_text())
+    assert done["stopped_on_budget"] is False and done["step"] == 2
+    assert "iterations_done" not in done
+
+
+def test_bad_budget_is_named(world, tmp_path, capsys):
+    values = {**SFT, "max_wall_seconds": 0, "model_path": str(world)}
+    assert sft.main([*sets(values), "--out", str(tmp_path / "run")]) == 2
+    assert "setting 'max_wall_seconds' must be > 0" in capsys.readouterr().err
+    assert "max_wall_seconds" in RESUME_MAY_CHANGE  # when to stop, not what a step computes

@@ -99,8 +99,9 @@ class RolloutBatch:
     """Graded rollouts, one entry per response (``group_size`` consecutive ones per question).
 
     ``prompts``/``ground_truths`` repeat each question's; ``lengths`` are response tokens;
-    ``scores`` the reward dicts (an ``envs.GradeResults``, see :attr:`grade_metrics`). ``seconds`` holds the wall-clock of the weight sync, the
-    sampling and the grading under ``time/sync``, ``time/rollout``, ``time/grade``."""
+    ``scores`` the reward dicts (an ``envs.GradeResults``, see :attr:`grade_metrics`).
+    ``seconds`` holds the wall-clock of the weight sync, the sampling and the grading under
+    ``time/sync``, ``time/rollout``, ``time/grade``."""
 
     prompts: list[str]
     responses: list[str]
