@@ -3,8 +3,9 @@
 - :func:`evaluate_policy`: format a task's prompts, sample with any rollout engine, grade in
   batch with ``envs.grade_batch``; returns summary metrics and one record per response. The
   trainers call it for their periodic evaluation.
-- :func:`category_report`: the handout's three categories (format 1 & answer 1; format 1 &
-  answer 0; format 0) with counts and the first 10 examples of each in eval order.
+- :func:`category_report` (from :mod:`.eval_report`, like :func:`summarize`): the handout's
+  three categories (format 1 & answer 1; format 1 & answer 0; format 0) with counts and the
+  first 10 examples of each in eval order.
 - :func:`~reasoning_core.runtime.generations.log_generations` (SPEC section 1), the
   in-the-loop logging, is in its own module beside this one.
 - ``rrl eval --config F --out DIR`` (:func:`main`): writes ``config.yaml``,
@@ -28,26 +29,19 @@ import envs
 from reasoning_core.runtime.checkpoint import check_model_folder
 from reasoning_core.runtime.config import ConfigError, resolve_command, save_config
 from reasoning_core.runtime.engines import make_engine
+from reasoning_core.runtime.eval_report import (
+    CATEGORIES,
+    CATEGORY_HELP,
+    EVAL_LINE_KEYS,
+    category,
+    category_report,
+    eval_line_stats,
+    is_one,
+    summarize,
+    warn_grading,
+)
 from reasoning_core.runtime.metrics import MetricsWriter, write_generations, write_json_atomic
 from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams
-
-CATEGORIES = ("correct", "wrong_answer", "bad_format")
-CATEGORY_HELP = {
-    "correct": "format reward 1 and answer reward 1",
-    "wrong_answer": "format reward 1 and answer reward 0",
-    "bad_format": "format reward 0",
-}
-
-
-def is_one(x: float) -> bool:
-    return x >= 1.0 - 1e-9
-
-
-def category(record: dict[str, Any]) -> str:
-    """``correct`` / ``wrong_answer`` / ``bad_format`` from a record's rewards."""
-    if not is_one(record["format_reward"]):
-        return "bad_format"
-    return "correct" if is_one(record["answer_reward"]) else "wrong_answer"
 
 
 class EvalResult(NamedTuple):
@@ -149,84 +143,6 @@ def evaluate_policy(
     summary["time/generate"] = t1 - t0
     summary["time/grade"] = time.perf_counter() - t1
     return EvalResult(summary, records)
-
-
-def warn_grading(summary: dict[str, Any], where: str = "eval") -> str | None:
-    """Print (stderr) and return a warning when ``summary``'s ``grade/timeouts`` or
-    ``grade/errors`` is non-zero: those responses scored 0 whatever they said."""
-    timeouts = summary.get("grade/timeouts") or 0
-    errors = summary.get("grade/errors") or 0
-    if not (timeouts or errors):
-        return None
-    message = (
-        f"[{where}] warning: grading timed out on {timeouts} and raised on {errors} of "
-        f"{summary.get('num_responses')} responses; they scored 0 (see grade/timeouts, "
-        "grade/errors)"
-    )
-    print(message, file=sys.stderr)
-    return message
-
-
-def summarize(records: list[dict[str, Any]], num_examples: int | None = None) -> dict[str, Any]:
-    """Means over ``records`` (see :class:`EvalResult`); ``response_length_correct`` and
-    ``response_length_incorrect`` are the mean tokens of the responses with answer reward 1
-    and of the others (None when there are none), as ``log_generations`` reports them."""
-    n = len(records)
-
-    def mean(key: str) -> float:
-        return sum(float(r[key]) for r in records) / n if n else 0.0
-
-    summary: dict[str, Any] = {
-        "accuracy": mean("answer_reward"),
-        "answer_reward": mean("answer_reward"),
-        "format_reward": mean("format_reward"),
-        "reward": mean("reward"),
-        "num_examples": n if num_examples is None else num_examples,
-        "num_responses": n,
-        "response_length": mean("response_length"),
-        "finish_length_fraction": (
-            sum(r["finish_reason"] == "length" for r in records) / n if n else 0.0
-        ),
-    }
-    right = [r["response_length"] for r in records if is_one(r["answer_reward"])]
-    wrong = [r["response_length"] for r in records if not is_one(r["answer_reward"])]
-    summary["response_length_correct"] = sum(right) / len(right) if right else None
-    summary["response_length_incorrect"] = sum(wrong) / len(wrong) if wrong else None
-    for name in CATEGORIES:
-        summary[name] = sum(category(r) == name for r in records)
-    return summary
-
-
-EVAL_LINE_KEYS = (
-    "response_length",
-    "response_length_correct",
-    "response_length_incorrect",
-    "grade/timeouts",
-    "grade/errors",
-)
-
-
-def eval_line_stats(summary: dict[str, Any]) -> dict[str, Any]:
-    """The ``summary`` values every ``eval`` metrics line carries besides the rewards: response
-    lengths (overall, correct, incorrect) and the grading's ``grade/timeouts``/``grade/errors``."""
-    return {key: summary[key] for key in EVAL_LINE_KEYS}
-
-
-def category_report(records: list[dict[str, Any]], examples_per_category: int = 10) -> dict:
-    """Counts, fractions and the first ``examples_per_category`` records of each category, in
-    eval order (the order of ``records``): the same examples on every rerun. The handout asks
-    users to read at least 10 bad-format and 10 wrong-answer cases, hence the default."""
-    n = max(1, len(records))
-    report = {}
-    for name in CATEGORIES:
-        members = [r for r in records if category(r) == name]
-        report[name] = {
-            "description": CATEGORY_HELP[name],
-            "count": len(members),
-            "fraction": len(members) / n,
-            "examples": members[:examples_per_category],
-        }
-    return report
 
 
 # ---------------------------------------------------------------------------------------------
@@ -432,15 +348,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = [
+    "CATEGORIES",
+    "CATEGORY_HELP",
+    "EVAL_LINE_KEYS",
     "EvalConfig",
     "EvalResult",
     "category",
     "category_report",
+    "eval_line_stats",
     "evaluate_policy",
     "is_one",
     "main",
     "run_eval",
     "summarize",
+    "warn_grading",
 ]
 
 if __name__ == "__main__":
