@@ -158,7 +158,7 @@ def test_rrl_eval_counts_a_grading_error_and_warns(
     assert summary["metrics"]["correct"] == 2 and summary["metrics"]["bad_format"] == 2
     (line,) = read_metrics(out)
     assert (line["grade/errors"], line["grade/timeouts"]) == (1, 0)
-    # Response lengths: c = 25 chars -> 12 tokens (x2 graded correct), w -> 27, f -> 12 / 8 ...
+    # Response lengths: the means over the records the grader scored 1 and over the others.
     records = [json.loads(x) for x in (out / "generations" / "step_000000.jsonl").open()]
     right = [r["response_length"] for r in records if r["answer_reward"] == 1.0]
     wrong = [r["response_length"] for r in records if r["answer_reward"] != 1.0]
