@@ -3,12 +3,14 @@
 Every trainer/evaluation command describes its settings as a dataclass. ``parse_run_args``
 reads ``--config FILE [--set k=v ...] --out DIR``; ``build_config`` turns the merged mapping
 into the dataclass and refuses unknown keys or ill-typed values with a message that names the
-setting and the file it came from. ``save_config`` writes the resolved ``config.yaml``.
+setting and the file it came from. ``save_config`` writes the resolved ``config.yaml`` (plus the
+code's ``provenance``, which ``resolve`` drops again, so a saved file works as ``--config``).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import sys
 import types
@@ -17,6 +19,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+
+from reasoning_core.runtime import provenance
 
 T = TypeVar("T")
 
@@ -197,6 +201,9 @@ def resolve(cls: type[T], args: argparse.Namespace, section: str) -> T:
     if args.config:
         values.update(load_yaml(args.config, section))
         source = str(args.config)
+        known = {f.name for f in dataclasses.fields(cls)}
+        if provenance.KEY not in known:  # a saved config.yaml: its code's provenance, no setting
+            values.pop(provenance.KEY, None)
     overrides = parse_overrides(args.set)
     values.update(overrides)
     if overrides:
@@ -241,10 +248,12 @@ def check_same_settings(saved: str | Path, cfg: Any, *, may_change: set[str], wh
     new = yaml.safe_load(yaml.safe_dump(data, sort_keys=False))  # as save_config writes it
     # Only settings both sides know: one that a newer version added (or an older one had) says
     # nothing about this experiment.
+    # The code's provenance (commit, versions) is no setting: a run resumes after a commit.
+    ignored = set(may_change) | {provenance.KEY}
     changes = [
         f"{key} {old[key]!r} -> {new[key]!r}"
         for key in sorted(set(old) & set(new))
-        if key not in may_change and old[key] != new[key]
+        if key not in ignored and old[key] != new[key]
     ]
     if changes:
         raise ConfigError(
@@ -255,10 +264,15 @@ def check_same_settings(saved: str | Path, cfg: Any, *, may_change: set[str], wh
 
 
 def save_config(cfg: Any, out_dir: str | Path) -> Path:
-    """Write the resolved configuration as ``config.yaml`` (atomically)."""
+    """Write the resolved configuration as ``config.yaml`` (atomically), with the code's
+    provenance (git commit, dirty tree, package versions; see
+    :mod:`reasoning_core.runtime.provenance`) under the key ``provenance`` after the settings.
+    Reading the file back as ``--config`` drops that key (:func:`resolve`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     data = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(cfg)
+    if provenance.KEY not in data:
+        data[provenance.KEY] = copy.deepcopy(provenance.provenance())
     tmp = out / "config.yaml.tmp"
     tmp.write_text(yaml.safe_dump(data, sort_keys=False))
     tmp.replace(out / "config.yaml")

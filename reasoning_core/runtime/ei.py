@@ -7,7 +7,9 @@ format and answer), and run SFT on the kept (prompt, response) pairs for ``sft_e
 (the optimizer and its state carry over between iterations).
 
 Logged per iteration (a ``train`` line at the optimizer step where it starts): the rollout
-rewards (``reward``, ``format_reward``, ``answer_reward``), ``kept`` examples, and, under
+rewards (``reward``, ``format_reward``, ``answer_reward``), ``kept`` examples, the rollouts
+whose grading timed out or raised (``grade/timeouts``, ``grade/errors``; repeated on the
+iteration's optimizer-step lines, so every train line carries them), and, under
 ``rollout/``, the response length and the mean token entropy of the sampled responses under
 the policy that sampled them. Per optimizer step: ``loss``, ``grad_norm``, ``entropy`` (of the
 kept responses being trained on), ``response_length``, ``lr``.
@@ -116,6 +118,7 @@ def train(cfg: EIConfig, out: str) -> dict:
         line = {
             "ei_step": ei_step + 1,
             **reward_means(ro.scores),
+            **ro.grade_metrics,
             "kept": len(kept),
             "rollout/response_length": ro.mean_length,
         }
@@ -146,6 +149,7 @@ def train(cfg: EIConfig, out: str) -> dict:
                     )
                     step += 1
                     stats["ei_step"] = ei_step + 1
+                    stats.update(ro.grade_metrics)  # the iteration's rollouts' (not a new count)
                     stats["time/train"] = time.perf_counter() - t0
                     t.run.log(stats, step=step, split="train")
                     t.run.maybe_exit(step)
@@ -153,9 +157,10 @@ def train(cfg: EIConfig, out: str) -> dict:
         bar.update(1)
         bar.set_postfix(reward=f"{line['reward']:.3f}", kept=len(kept), refresh=False)
         # 4. Evaluate every eval_every iterations and at the end; save every save_every.
-        after_iteration(
+        if after_iteration(
             t, done=ei_step, total=cfg.n_ei_steps, step=step, ei_step=ei_step, opt_step=step
-        )
+        ):
+            break  # max_wall_seconds spent
     bar.close()
     return finish_training(t, step=step)
 

@@ -3,8 +3,9 @@
 - :func:`evaluate_policy`: format a task's prompts, sample with any rollout engine, grade in
   batch with ``envs.grade_batch``; returns summary metrics and one record per response. The
   trainers call it for their periodic evaluation.
-- :func:`category_report`: the handout's three categories (format 1 & answer 1; format 1 &
-  answer 0; format 0) with counts and a few examples each.
+- :func:`category_report` (from :mod:`.eval_report`, like :func:`summarize`): the handout's
+  three categories (format 1 & answer 1; format 1 & answer 0; format 0) with counts and the
+  first 10 examples of each in eval order.
 - :func:`~reasoning_core.runtime.generations.log_generations` (SPEC section 1), the
   in-the-loop logging, is in its own module beside this one.
 - ``rrl eval --config F --out DIR`` (:func:`main`): writes ``config.yaml``,
@@ -28,26 +29,19 @@ import envs
 from reasoning_core.runtime.checkpoint import check_model_folder
 from reasoning_core.runtime.config import ConfigError, resolve_command, save_config
 from reasoning_core.runtime.engines import make_engine
+from reasoning_core.runtime.eval_report import (
+    CATEGORIES,
+    CATEGORY_HELP,
+    EVAL_LINE_KEYS,
+    category,
+    category_report,
+    eval_line_stats,
+    is_one,
+    summarize,
+    warn_grading,
+)
 from reasoning_core.runtime.metrics import MetricsWriter, write_generations, write_json_atomic
 from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams
-
-CATEGORIES = ("correct", "wrong_answer", "bad_format")
-CATEGORY_HELP = {
-    "correct": "format reward 1 and answer reward 1",
-    "wrong_answer": "format reward 1 and answer reward 0",
-    "bad_format": "format reward 0",
-}
-
-
-def is_one(x: float) -> bool:
-    return x >= 1.0 - 1e-9
-
-
-def category(record: dict[str, Any]) -> str:
-    """``correct`` / ``wrong_answer`` / ``bad_format`` from a record's rewards."""
-    if not is_one(record["format_reward"]):
-        return "bad_format"
-    return "correct" if is_one(record["answer_reward"]) else "wrong_answer"
 
 
 class EvalResult(NamedTuple):
@@ -55,9 +49,12 @@ class EvalResult(NamedTuple):
 
     ``summary`` keys: ``accuracy`` (= mean answer reward), ``answer_reward``,
     ``format_reward``, ``reward``, ``num_examples``, ``num_responses``, ``response_length``
-    (mean tokens), ``finish_length_fraction`` (share cut at ``max_tokens``) and one count per
-    category (``correct``, ``wrong_answer``, ``bad_format``); wall-clock under ``time/generate``
-    and ``time/grade``.
+    (mean tokens), ``response_length_correct`` / ``response_length_incorrect`` (mean tokens of
+    the responses with answer reward 1 / the others; None when none), ``finish_length_fraction``
+    (share cut at ``max_tokens``), one count per category (``correct``, ``wrong_answer``,
+    ``bad_format``), ``grade/timeouts`` and ``grade/errors`` (responses that scored 0 because
+    grading timed out or raised; a warning goes to stderr when either is non-zero);
+    wall-clock under ``time/generate`` and ``time/grade``.
     """
 
     summary: dict[str, Any]
@@ -141,47 +138,11 @@ def evaluate_policy(
         record["answer_reward"] = float(score["answer_reward"])
         record["category"] = category(record)
     summary = summarize(records, num_examples=len(examples))
+    summary.update(scores.metrics())  # keep `scores` a GradeResults: list() drops the counts
+    warn_grading(summary)
     summary["time/generate"] = t1 - t0
     summary["time/grade"] = time.perf_counter() - t1
     return EvalResult(summary, records)
-
-
-def summarize(records: list[dict[str, Any]], num_examples: int | None = None) -> dict[str, Any]:
-    n = len(records)
-
-    def mean(key: str) -> float:
-        return sum(float(r[key]) for r in records) / n if n else 0.0
-
-    summary: dict[str, Any] = {
-        "accuracy": mean("answer_reward"),
-        "answer_reward": mean("answer_reward"),
-        "format_reward": mean("format_reward"),
-        "reward": mean("reward"),
-        "num_examples": n if num_examples is None else num_examples,
-        "num_responses": n,
-        "response_length": mean("response_length"),
-        "finish_length_fraction": (
-            sum(r["finish_reason"] == "length" for r in records) / n if n else 0.0
-        ),
-    }
-    for name in CATEGORIES:
-        summary[name] = sum(category(r) == name for r in records)
-    return summary
-
-
-def category_report(records: list[dict[str, Any]], examples_per_category: int = 3) -> dict:
-    """Counts, fractions and the first few records of each category."""
-    n = max(1, len(records))
-    report = {}
-    for name in CATEGORIES:
-        members = [r for r in records if category(r) == name]
-        report[name] = {
-            "description": CATEGORY_HELP[name],
-            "count": len(members),
-            "fraction": len(members) / n,
-            "examples": members[:examples_per_category],
-        }
-    return report
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,7 +176,8 @@ class EvalConfig:
     kv_cache_memory_bytes: int | None = None  # vLLM only (default 1 GiB on CPU)
     gpu_memory_utilization: float = 0.85  # vLLM on a GPU only
     grade_timeout: float = 10.0
-    examples_per_category: int = 3
+    # summary.json lists the first N responses of each category in eval order (handout: >= 10).
+    examples_per_category: int = 10
 
     def validate(self) -> None:
         if self.task not in envs.task_names():
@@ -228,6 +190,10 @@ class EvalConfig:
             task.check_split(self.split)
         except ValueError as exc:
             raise ConfigError(f"setting 'template'/'split': {exc}") from None
+        if self.examples_per_category < 0:
+            raise ConfigError(
+                f"setting 'examples_per_category' must be >= 0, got {self.examples_per_category}"
+            )
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"setting 'limit' must be >= 1, got {self.limit}")
         if self.device != "auto" and not self.device.startswith(("cpu", "cuda")):
@@ -333,7 +299,7 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
                 "format_reward": summary["format_reward"],
                 "reward": summary["reward"],
                 "num_examples": summary["num_examples"],
-                "response_length": summary["response_length"],
+                **eval_line_stats(summary),
                 "time/elapsed": t2 - t0,
                 "time/startup": t1 - t0,
                 "time/rollout": summary["time/generate"],
@@ -382,15 +348,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = [
+    "CATEGORIES",
+    "CATEGORY_HELP",
+    "EVAL_LINE_KEYS",
     "EvalConfig",
     "EvalResult",
     "category",
     "category_report",
+    "eval_line_stats",
     "evaluate_policy",
     "is_one",
     "main",
     "run_eval",
     "summarize",
+    "warn_grading",
 ]
 
 if __name__ == "__main__":

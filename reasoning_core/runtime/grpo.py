@@ -193,6 +193,7 @@ def train(cfg: GRPOConfig, out: str) -> dict:
         scored = ScoredRollouts(tokens, raw, advantages, old)
         rollout_stats = {
             **reward_means(ro.scores),
+            **ro.grade_metrics,  # this rollout batch's, repeated on each of its lines
             "response_length": ro.mean_length,
             "frac_constant_groups": float(adv_meta["frac_constant_groups"]),
         }
@@ -227,14 +228,15 @@ def train(cfg: GRPOConfig, out: str) -> dict:
         bar.update(1)
         bar.set_postfix(reward=f"{rollout_stats['reward']:.3f}", refresh=False)
         # 6. Evaluate every eval_every GRPO steps and at the end; save every save_every.
-        after_iteration(
+        if after_iteration(
             t,
             done=grpo_step,
             total=cfg.n_grpo_steps,
             step=opt_step,
             grpo_step=grpo_step,
             opt_step=opt_step,
-        )
+        ):
+            break  # max_wall_seconds spent
     bar.close()
     return finish_training(t, step=opt_step)
 

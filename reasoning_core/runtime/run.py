@@ -6,7 +6,8 @@ Every trainer goes through the same stages::
     setup_training   RunContext (config.yaml, metrics), policy, AdamW + schedule, resume from
                      state/, rollout engine, Evaluator; evaluate at step 0 on a fresh start
     ... the trainer's own loop, logging through run.log ...
-    after_iteration  evaluate every eval_every and at the end; save state every save_every
+    after_iteration  evaluate every eval_every and at the end; save state every save_every;
+                     True once the run's wall time passes max_wall_seconds (the loop stops)
     finish_training  final evaluation if not just done, checkpoint/, done.json; drop state/
 
 :func:`run_main` is the ``rrl <trainer>`` entry point: bad settings exit 2 before any work.
@@ -34,7 +35,7 @@ from reasoning_core.runtime.config import (
     save_config,
 )
 from reasoning_core.runtime.engines import make_engine
-from reasoning_core.runtime.evaluate import evaluate_policy
+from reasoning_core.runtime.evaluate import eval_line_stats, evaluate_policy
 from reasoning_core.runtime.metrics import MetricsWriter, write_generations, write_json_atomic
 from reasoning_core.runtime.policy import (
     load_policy,
@@ -84,6 +85,8 @@ class RunContext:
         self.start = time.perf_counter()
         self.prior_elapsed = 0.0
         self.last_eval: dict[str, Any] | None = None
+        # When max_wall_seconds stopped the run: {"iterations_done": k, "iterations_planned": n}
+        self.budget_stop: dict[str, int] | None = None
         self.metrics: MetricsWriter | None = None
         if self.done:
             return
@@ -135,8 +138,18 @@ class RunContext:
         if self.exit_after is not None and step >= self.exit_after:
             os._exit(3)
 
+    def over_budget(self) -> bool:
+        """True when ``max_wall_seconds`` is set and the run's elapsed time has passed it."""
+        budget = self.cfg.max_wall_seconds
+        return budget is not None and self.elapsed() >= budget
+
     def finish(self, model, tokenizer, *, step: int, extra: dict[str, Any] | None = None) -> dict:
-        """Final checkpoint, ``done.json``; drop the resume state."""
+        """Final checkpoint, ``done.json``; drop the resume state.
+
+        ``done.json``: ``method``, ``step`` (optimizer steps reached), the last evaluation's
+        ``eval_accuracy``/``eval_format_reward``/``eval_examples``, ``wall_seconds``,
+        ``stopped_on_budget`` (True when ``max_wall_seconds`` ended the run early, with
+        ``iterations_done`` of ``iterations_planned`` in the trainer's unit), then ``extra``."""
         if self.cfg.save_checkpoint:
             save_checkpoint(model, tokenizer, self.out / "checkpoint")
         last = self.last_eval or {}
@@ -147,6 +160,8 @@ class RunContext:
             "eval_format_reward": last.get("format_reward"),
             "eval_examples": last.get("num_examples"),
             "wall_seconds": self.elapsed(),
+            "stopped_on_budget": self.budget_stop is not None,
+            **(self.budget_stop or {}),
         }
         done.update(extra or {})
         write_json_atomic(self.out / "done.json", done)
@@ -199,7 +214,7 @@ class Evaluator:
             "format_reward": summary["format_reward"],
             "reward": summary["reward"],
             "num_examples": summary["num_examples"],
-            "response_length": summary["response_length"],
+            **eval_line_stats(summary),
             "time/sync": t1 - t0,
             "time/eval": t2 - t1,
         }
@@ -249,16 +264,30 @@ def setup_training(
     return Training(run, model, tokenizer, optimizer, scheduler, counters, engine, evaluator)
 
 
-def after_iteration(t: Training, *, done: int, total: int, step: int, **counters: Any) -> None:
+def after_iteration(t: Training, *, done: int, total: int, step: int, **counters: Any) -> bool:
     """After iteration ``done`` of ``total`` (``step``: the optimizer step reached): evaluate at
     the last one and every ``eval_every``; save resumable state (``counters``) every
-    ``save_every`` but the last (the finished run's checkpoint follows)."""
+    ``save_every`` but the last (the finished run's checkpoint follows).
+
+    Returns True when the run must stop early because its elapsed wall time passed
+    ``max_wall_seconds``: nothing is evaluated or saved here then; the trainer leaves its loop
+    and :func:`finish_training` evaluates at ``step``, saves the checkpoint and writes
+    ``done.json`` with ``stopped_on_budget: true``."""
     cfg = t.run.cfg
     is_last = done == total
+    if not is_last and t.run.over_budget():
+        t.run.budget_stop = {"iterations_done": done, "iterations_planned": total}
+        print(
+            f"[{t.run.method}] max_wall_seconds ({cfg.max_wall_seconds:g} s) spent after "
+            f"{done} of {total} iterations (optimizer step {step}): evaluating and saving",
+            file=sys.stderr,
+        )
+        return True
     if is_last or (cfg.eval_every and done % cfg.eval_every == 0):
         t.evaluator(t.engine, t.model, step, t.run)
     if not is_last and cfg.save_every and done % cfg.save_every == 0:
         t.run.save_state(t.model, t.optimizer, t.scheduler, **counters)
+    return False
 
 
 def finish_training(t: Training, *, step: int, extra: dict[str, Any] | None = None) -> dict:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import envs
+from envs.grader import METRIC_KEYS as GRADE_KEYS  # ("grade/timeouts", "grade/errors")
 from reasoning_core.runtime.config import ConfigError
 from reasoning_core.runtime.rng import Stream, step_rng, step_seed
 from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams
@@ -41,10 +42,22 @@ def load_questions(cfg: Any, task: envs.Task, need: int, message: str) -> list[e
     return questions
 
 
-def grade(reward_fn: Callable, responses: list[str], ground_truths: list[str]) -> list[dict]:
+def grade(reward_fn: Callable, responses: list[str], ground_truths: list[str]) -> envs.GradeResults:
     """``reward_fn`` of each (response, ground truth), in order, through ``envs.grade_batch``
-    (cheap cases in-process, the rest in a pool with a per-item timeout scored 0)."""
+    (cheap cases in-process, the rest in a pool with a per-item timeout scored 0).
+
+    The result is a list of reward dicts whose ``.metrics()`` gives
+    ``{"grade/timeouts": n, "grade/errors": m}``: how many of the items scored 0 because
+    grading timed out or raised. Keep the object (``list(...)`` drops the counts)."""
     return envs.grade_batch(reward_fn, responses, ground_truths)
+
+
+def grade_counts(scores: list[dict]) -> dict[str, int]:
+    """``{"grade/timeouts": n, "grade/errors": m}`` of a :func:`grade` result; a plain list
+    (a stand-in grader that cannot time out or raise) counts 0 of each."""
+    if isinstance(scores, envs.GradeResults):
+        return scores.metrics()
+    return dict.fromkeys(GRADE_KEYS, 0)
 
 
 def reward_means(scores: list[dict]) -> dict[str, float]:
@@ -86,8 +99,9 @@ class RolloutBatch:
     """Graded rollouts, one entry per response (``group_size`` consecutive ones per question).
 
     ``prompts``/``ground_truths`` repeat each question's; ``lengths`` are response tokens;
-    ``scores`` the reward dicts. ``seconds`` holds the wall-clock of the weight sync, the
-    sampling and the grading under ``time/sync``, ``time/rollout``, ``time/grade``."""
+    ``scores`` the reward dicts (an ``envs.GradeResults``, see :attr:`grade_metrics`).
+    ``seconds`` holds the wall-clock of the weight sync, the sampling and the grading under
+    ``time/sync``, ``time/rollout``, ``time/grade``."""
 
     prompts: list[str]
     responses: list[str]
@@ -99,6 +113,12 @@ class RolloutBatch:
     @property
     def rewards(self) -> list[float]:
         return [s["reward"] for s in self.scores]
+
+    @property
+    def grade_metrics(self) -> dict[str, int]:
+        """``{"grade/timeouts": n, "grade/errors": m}``: responses of this batch that scored 0
+        because grading timed out or raised."""
+        return grade_counts(self.scores)
 
     @property
     def mean_length(self) -> float:

@@ -6,7 +6,7 @@ evaluation, saving and metric trackers. Each trainer's config dataclass extends 
 own checks with the helpers below (each raises :class:`ConfigError` naming the setting).
 
 :data:`RESUME_MAY_CHANGE` lists the settings a resumed run may change: where and how it runs,
-not what it computes.
+not what it computes (``max_wall_seconds`` says only when to stop, like a killed process).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from reasoning_core.runtime.config import ConfigError
 RESUME_MAY_CHANGE = {
     "device", "num_threads", "progress", "oom_backoff", "gradient_checkpointing",
     "attn_implementation", "engine_kwargs", "save_every", "compile", "trackers",
+    "max_wall_seconds",
 }  # fmt: skip
 
 # Metric trackers beside metrics.jsonl: setting value -> (module to import, pip extra).
@@ -88,6 +89,11 @@ class CommonConfig:
     save_every: int = 10  # resumable state every N steps of the trainer's unit; 0 = never
     save_checkpoint: bool = True
     progress: bool = True
+    # Wall-clock budget of the whole run in seconds (resumed runs count their earlier time);
+    # None: no limit. Checked after each iteration (GRPO/EI step, SFT optimizer step): once the
+    # run's elapsed time passes it, the run evaluates, saves its checkpoint and writes done.json
+    # with stopped_on_budget: true. The handout's leaderboard budget is 4 h on 2 H100s.
+    max_wall_seconds: float | None = None
     # Where metrics go besides metrics.jsonl (always written): "tensorboard" (event files in
     # out/tensorboard) and/or "wandb" (offline unless WANDB_MODE says otherwise). Each needs
     # its package: pip install 'reasoning-rl[tensorboard]' or 'reasoning-rl[wandb]'.
@@ -105,6 +111,11 @@ class CommonConfig:
         check_non_negative(self, "warmup_steps", "eval_every", "save_every", "weight_decay")
         if self.eval_examples is not None and self.eval_examples < 1:
             raise ConfigError("setting 'eval_examples' must be >= 1 (or null for all)")
+        if self.max_wall_seconds is not None and self.max_wall_seconds <= 0:
+            raise ConfigError(
+                f"setting 'max_wall_seconds' must be > 0 (or null for no limit), "
+                f"got {self.max_wall_seconds}"
+            )
         if self.max_grad_norm <= 0:
             raise ConfigError("setting 'max_grad_norm' must be > 0")
         if not 0.0 <= self.min_lr_ratio <= 1.0:

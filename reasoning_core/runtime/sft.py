@@ -36,7 +36,7 @@ from reasoning_core.runtime.run import (
     setup_training,
     start_run,
 )
-from reasoning_core.runtime.sampling import grade
+from reasoning_core.runtime.sampling import GRADE_KEYS, grade, grade_counts
 from reasoning_core.runtime.settings import CommonConfig, check_at_least_one, check_divisible
 from reasoning_core.runtime.updates import sft_update
 
@@ -90,7 +90,11 @@ def load_sft_examples(cfg: SFTConfig, task: Task) -> list[dict]:
 
 
 def select_examples(cfg: SFTConfig, task: Task, examples: list[dict]) -> tuple[list[dict], dict]:
-    """Apply ``filter_correct`` (graded with the task's reward) and ``max_examples``."""
+    """Apply ``filter_correct`` (graded with the task's reward) and ``max_examples``.
+
+    Returns the examples and the counts for ``done.json``: ``pool_examples``,
+    ``filtered_examples`` and ``grade/timeouts``, ``grade/errors`` (with ``filter_correct``:
+    pool examples that scored 0 because grading timed out or raised), ``train_examples``."""
     info = {"pool_examples": len(examples)}
     if cfg.filter_correct:
         scores = grade(
@@ -100,6 +104,7 @@ def select_examples(cfg: SFTConfig, task: Task, examples: list[dict]) -> tuple[l
         )
         examples = [e for e, s in zip(examples, scores, strict=True) if s["reward"] >= 1.0]
         info["filtered_examples"] = len(examples)
+        info.update(grade_counts(scores))  # examples dropped because grading timed out/raised
     if cfg.max_examples is not None:
         if cfg.max_examples > len(examples):
             raise ConfigError(
@@ -124,6 +129,7 @@ def train(cfg: SFTConfig, out: str) -> dict:
     device, task = started
     examples, info = select_examples(cfg, task, load_sft_examples(cfg, task))
     print(f"[sft] data: {info}", file=sys.stderr)
+    grading = {k: info[k] for k in GRADE_KEYS if k in info}
     n = len(examples)
     steps_per_epoch = math.ceil(n / cfg.batch_size)
     total_steps = cfg.epochs * steps_per_epoch
@@ -156,11 +162,12 @@ def train(cfg: SFTConfig, out: str) -> dict:
         step += 1
         bar.update(1)
         bar.set_postfix(loss=f"{stats['loss']:.3f}", refresh=False)
-        t.run.log(
-            {"epoch": epoch + (index + 1) / steps_per_epoch, **stats}, step=step, split="train"
-        )
+        # With filter_correct, its grading of the data (grade/timeouts, grade/errors) too.
+        line = {"epoch": epoch + (index + 1) / steps_per_epoch, **stats, **grading}
+        t.run.log(line, step=step, split="train")
         t.run.maybe_exit(step)
-        after_iteration(t, done=step, total=total_steps, step=step, opt_step=step)
+        if after_iteration(t, done=step, total=total_steps, step=step, opt_step=step):
+            break  # max_wall_seconds spent
     bar.close()
     return finish_training(t, step=step, extra=info)
 
