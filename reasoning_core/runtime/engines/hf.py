@@ -24,7 +24,9 @@ from torch import Tensor
 from reasoning_core.runtime.rollout import Completion, SamplingParams
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
+def eos_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The tokenizer's EOS id and any listed in the model's ``generation_config`` (both engines
+    stop on these)."""
     ids: set[int] = set()
     if tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))
@@ -96,7 +98,7 @@ class HFEngine:
             on_cpu = next(model.parameters()).device.type == "cpu"
             max_batch_size = 64 if on_cpu else 256
         self.max_batch_size = max_batch_size
-        self.eos_ids = _eos_ids(model, tokenizer)
+        self.eos_ids = eos_ids(model, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else self.eos_ids[0])
         self._token_text: list[str] | None = None

@@ -11,13 +11,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from reasoning_core.runtime.engines.hf import eos_ids
 from reasoning_core.runtime.engines.static.device import DeviceMixin
 from reasoning_core.runtime.engines.static.kernels import (
     _Cache,
     _round_up,
     _smallest_at_least,
     check_supported,
-    eos_ids,
     row_buckets,
     sample_on_device,
 )

@@ -31,20 +31,6 @@ def _smallest_at_least(k: int, sizes: list[int]) -> int:
     return next(s for s in sizes if s >= k)
 
 
-def eos_ids(model: Any, tokenizer: Any) -> list[int]:
-    """The tokenizer's EOS id and any listed in the model's ``generation_config``."""
-    ids: set[int] = set()
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    gen_cfg = getattr(model, "generation_config", None)
-    extra = getattr(gen_cfg, "eos_token_id", None) if gen_cfg is not None else None
-    if isinstance(extra, int):
-        ids.add(extra)
-    elif extra:
-        ids.update(int(i) for i in extra)
-    return sorted(ids)
-
-
 def check_supported(model: Any) -> None:
     """Raise ValueError (naming the setting) unless the static engine can run ``model``."""
     config = getattr(model, "config", None)
