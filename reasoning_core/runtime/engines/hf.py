@@ -24,6 +24,28 @@ from torch import Tensor
 from reasoning_core.runtime.rollout import Completion, SamplingParams
 
 
+def model_and_tokenizer(
+    model: Any, tokenizer: Any, dtype: torch.dtype | str, *, engine: str
+) -> tuple[Any, Any]:
+    """What an engine given ``model`` (a module or a model folder) and maybe a tokenizer runs:
+    a folder is loaded in ``dtype`` with its own tokenizer when none is given; a module without
+    a tokenizer is refused, naming ``engine``."""
+    if isinstance(model, (str, Path)):
+        from transformers import AutoModelForCausalLM
+
+        if isinstance(dtype, str):
+            dtype = getattr(torch, dtype)
+        path = str(model)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        if tokenizer is None:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer is None:
+        raise ValueError(f"{engine} needs a tokenizer")
+    return model, tokenizer
+
+
 def eos_ids(model: Any, tokenizer: Any) -> list[int]:
     """The tokenizer's EOS id and any listed in the model's ``generation_config`` (both engines
     stop on these)."""
@@ -79,19 +101,7 @@ class HFEngine:
         max_batch_size: int | None = None,
         dtype: torch.dtype | str = torch.float32,
     ) -> None:
-        if isinstance(model, (str, Path)):
-            from transformers import AutoModelForCausalLM
-
-            if isinstance(dtype, str):
-                dtype = getattr(torch, dtype)
-            path = str(model)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-            if tokenizer is None:
-                from transformers import AutoTokenizer
-
-                tokenizer = AutoTokenizer.from_pretrained(path)
-        if tokenizer is None:
-            raise ValueError("HFEngine needs a tokenizer")
+        model, tokenizer = model_and_tokenizer(model, tokenizer, dtype, engine="HFEngine")
         self.model = model
         self.tokenizer = tokenizer
         if max_batch_size is None:

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from reasoning_core.runtime.engines.hf import eos_ids
+from reasoning_core.runtime.engines.hf import eos_ids, model_and_tokenizer
 from reasoning_core.runtime.engines.static.device import DeviceMixin
 from reasoning_core.runtime.engines.static.kernels import (
     _Cache,
@@ -56,19 +55,7 @@ class StaticEngine(DeviceMixin, TextMixin):
         span_step: int | None = None,
         prefill_tokens: int = 32768,
     ) -> None:
-        if isinstance(model, (str, Path)):
-            from transformers import AutoModelForCausalLM
-
-            if isinstance(dtype, str):
-                dtype = getattr(torch, dtype)
-            path = str(model)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-            if tokenizer is None:
-                from transformers import AutoTokenizer
-
-                tokenizer = AutoTokenizer.from_pretrained(path)
-        if tokenizer is None:
-            raise ValueError("StaticEngine needs a tokenizer")
+        model, tokenizer = model_and_tokenizer(model, tokenizer, dtype, engine="StaticEngine")
         check_supported(model)
         self.model = model
         self.tokenizer = tokenizer
