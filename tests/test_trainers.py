@@ -219,7 +219,7 @@ def _subprocess_run(module: str, cfg: dict, world: Path, out: Path, exit_after: 
     if module == "sft":
         entry = ["-m", "reasoning_core.runtime.cli"]
     else:
-        entry = [str(ROOT / "tests" / "scripted_rollouts.py")]
+        entry = [str(ROOT / "tests" / "helpers" / "scripted_rollouts.py")]
     cmd = [
         sys.executable,
         *entry,

@@ -9,12 +9,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import yaml
-from test_workflow import known_settings, planned_jobs, resources, snakemake
+from project_root import ROOT
+from snakemake_runs import known_settings, planned_jobs, resources, snakemake
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import gpu_study  # noqa: E402

@@ -19,10 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from project_root import ROOT
 
 import reasoning_core
 
-ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "reasoning_core"
 MAX_SHELL_LINES = 400
 

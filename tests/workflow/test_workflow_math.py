@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_workflow import known_settings, planned_jobs, snakemake
+from project_root import ROOT
+from snakemake_runs import known_settings, planned_jobs, snakemake
 
-ROOT = Path(__file__).resolve().parents[1]
 SMOKE_MATH = ROOT / "workflow/config/smoke_math.yaml"
 GOOD = {"prompt": "Q: 1+1?\nAssistant: <think>", "response": " 2 </think> <answer> 2 </answer>"}
 GOOD = {**GOOD, "ground_truth": "2"}

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from project_root import ROOT
 from tiny_model import (
     LONG_PROMPT,
     PROMPTS,
@@ -424,7 +424,7 @@ def test_rollout_gpu_benchmark_runs_tiny(tmp_path):
     the same code on CPU and writes the JSON and the log, with the static/HF ratio."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks/rollout_gpu.py"
+    path = ROOT / "benchmarks/rollout_gpu.py"
     spec = importlib.util.spec_from_file_location("rollout_gpu", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

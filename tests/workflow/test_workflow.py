@@ -10,62 +10,18 @@ from __future__ import annotations
 import csv
 import json
 import os
-import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from project_root import ROOT
+from snakemake_runs import BIN, SECTIONS, known_settings, planned_jobs, resources, snakemake
 
-ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-SNAKEMAKE = str(BIN / "snakemake") if (BIN / "snakemake").exists() else "snakemake"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 HEAVY_RULES = {"tiny_world", "zero_shot", "sft", "ei", "grpo", "leaderboard"}
 GPU_RULES = HEAVY_RULES - {"tiny_world"}
-
-
-DEFAULT_CONFIG = str(ROOT / "workflow/config/config.yaml")
-
-
-def snakemake(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run snakemake on the repository's Snakefile in working directory `cwd`. Outside the
-    repository root the default `configfile:` is not found, so a --configfile is always given
-    (the default configuration unless the caller passes one)."""
-    if "--configfile" not in args:
-        args = ("--configfile", DEFAULT_CONFIG, *args)
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    return subprocess.run(
-        [SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(cwd), *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def planned_jobs(output: str) -> list[dict[str, str]]:
-    """Jobs of a `snakemake -n` listing: rule name plus the job's `key: value` lines."""
-    jobs = []
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", output):
-        match = re.match(r"(?:local)?rule (\w+):", block)
-        if not match:
-            continue
-        job = {"rule": match.group(1)}
-        for line in block.splitlines()[1:]:
-            key, sep, value = line.strip().partition(": ")
-            if sep:
-                job[key] = value
-        jobs.append(job)
-    return jobs
-
-
-def resources(job: dict[str, str]) -> dict[str, str]:
-    return dict(item.split("=", 1) for item in job.get("resources", "").split(", ") if "=" in item)
 
 
 @pytest.mark.parametrize("config", ["gpu_math", "gpu_gsm8k", "gpu_countdown"])
@@ -156,22 +112,7 @@ def test_snakefiles_are_snakefmt_formatted():
     assert result.returncode == 0, result.stderr + result.stdout
 
 
-SECTIONS = {
-    "tiny-world": ("reasoning_core.runtime.tinyworld", "TinyWorldConfig"),
-    "eval": ("reasoning_core.runtime.evaluate", "EvalConfig"),
-    "sft": ("reasoning_core.runtime.sft", "SFTConfig"),
-    "ei": ("reasoning_core.runtime.ei", "EIConfig"),
-    "grpo": ("reasoning_core.runtime.grpo", "GRPOConfig"),
-}
 FAMILY_METHOD = {"sft": "sft", "ei": "ei"}  # every other table is a GRPO family
-
-
-def known_settings(command: str) -> set[str]:
-    import dataclasses
-    import importlib
-
-    module, name = SECTIONS[command]
-    return {f.name for f in dataclasses.fields(getattr(importlib.import_module(module), name))}
 
 
 @pytest.mark.parametrize("config", ["config", "smoke", "gpu_math", "gpu_gsm8k", "gpu_countdown"])

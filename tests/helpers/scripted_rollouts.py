@@ -2,7 +2,7 @@
 
 The micro world the trainer tests train from writes near-random text: with the real grader its
 rollouts earn a reward only by luck, and whether they do depends on the CPU's rounding (on an
-AVX-512 machine a short GRPO run of ``tests/test_trainers.py`` never did). A test about
+AVX-512 machine a short GRPO run of the trainer tests never did). A test about
 plumbing (outputs written, reproducible, resumable) then compared runs that never updated the
 weights. :class:`OneCorrectPerGroup` takes the luck out: it wraps the rollout engine the
 trainer builds and, in every rollout call (``params.n > 1``), replaces the first completion of
@@ -14,7 +14,7 @@ whose sampled responses are wrong has non-zero advantages, and expert iteration 
 one response per question.
 
 In-process: :func:`install` (with pytest's ``monkeypatch``). In a subprocess (the
-kill-and-resume tests): ``python tests/scripted_rollouts.py <rrl command> [options]``.
+kill-and-resume tests): ``python tests/helpers/scripted_rollouts.py <rrl command> [options]``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository root
 
 
 def correct_answer(ground_truth: str) -> str:

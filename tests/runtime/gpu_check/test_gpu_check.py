@@ -7,14 +7,12 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from project_root import ROOT
 
 from reasoning_core.runtime import gpu_check
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # Packages absent on the lent GPU machine that this project uses elsewhere (import names).
 DEVICE_MISSING = (

@@ -1,12 +1,12 @@
-"""Measure the spread of tests/test_grpo_learns.py's reward rise over seeds and torch threads.
+"""Measure the spread of test_grpo_learns.py's reward rise over seeds and torch threads.
 
 Runs the test's world and GRPO run (its settings, its stand-in reward) for each seed and each
 thread count, each in a fresh temporary folder, and prints one line per run and a summary: the
 head and tail means, the rise, and the worst rise against the test's MARGIN. Not a test (pytest
 collects only ``test_*.py``); the numbers in the test's docstring come from its output.
 
-    .venv/bin/python tests/measure_grpo_learns.py --seeds 0-5 --threads 1,2 \\
-        | tee tests/measure_grpo_learns.txt
+    .venv/bin/python tests/runtime/measure_grpo_learns.py --seeds 0-5 --threads 1,2 \\
+        | tee tests/runtime/measure_grpo_learns.txt
 
 About 25-40 s per run on one core of the 2-core development machine.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # as tests/conftest.py; threads are set per run
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # the repository root
 
 import test_grpo_learns as t  # noqa: E402
 

@@ -8,6 +8,7 @@ import os
 
 import pytest
 import torch
+from project_root import ROOT
 
 from envs.arithmetic import TASK
 from reasoning_core.runtime.config import ConfigError
@@ -176,11 +177,10 @@ def test_folder_loads_with_vllm_and_tokenizes_like_transformers(micro_world):
 
 
 def test_workflow_defaults_match_the_code_defaults():
-    from pathlib import Path
 
     from reasoning_core.runtime.config import build_config, load_yaml
 
-    path = Path(__file__).parents[1] / "workflow/config/methods/tiny.yaml"
+    path = ROOT / "workflow/config/methods/tiny.yaml"
     assert build_config(TinyWorldConfig, load_yaml(path, "tiny-world")) == TinyWorldConfig()
 
 

@@ -15,8 +15,8 @@ the first STEPS_COMPARED by at least MARGIN.
 An earlier version of this test trained a 3-minute world on arithmetic and asserted a rise of
 the real reward of 0.10; it measured +0.21 on one machine and +0.094 on an AVX-512 one.
 
-Measured with ``tests/measure_grpo_learns.py`` (its output: ``tests/measure_grpo_learns.txt``)
-on the 2-core x86 development machine: 6 seeds (world and GRPO seed 0-5) x 1 and 2 torch
+Measured with ``measure_grpo_learns.py`` (its output: ``measure_grpo_learns.txt``), beside this
+file, on the 2-core x86 development machine: 6 seeds (world and GRPO seed 0-5) x 1 and 2 torch
 threads, 12 runs. Head (mean reward of steps 1-3) 0.017-0.035, tail (steps 8-10) 0.855-0.944,
 rise +0.838 to +0.913; 1 and 2 threads gave the same curves to 3 decimals. The worst rise,
 +0.838 (seed 1), is 2.8 times MARGIN. One run takes about a minute on one loaded core.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from project_root import ROOT
 
 import envs
 from envs.rewards import (
@@ -232,9 +233,7 @@ def test_differences_from_the_handout_grader(difference, template, response, gt,
 
 
 def test_readme_names_every_difference_from_the_handout_grader():
-    from pathlib import Path
-
-    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
     start = readme.index("### How our r1_zero grader differs from the handout's")
     section = readme[start : readme.index("\n## ", start)]
     for difference in sorted({row[0] for row in HANDOUT_DIFFERENCES}):
