@@ -1,6 +1,7 @@
 """Metric trackers: every metrics line reaches TensorBoard (real package, when installed) and
 W&B (a stand-in module recording the calls; the real one is not installed here), a resumed
-run rewinds TensorBoard, and a tracker whose package is missing is refused naming the setting.
+run rewinds TensorBoard, and a tracker whose package is missing is refused naming the setting;
+an SFT run on the micro world with ``trackers: [tensorboard]`` feeds TensorBoard its lines.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ import sys
 import types
 
 import pytest
+from micro_world import QUIET, SFT, run_trainer
 
-from reasoning_core.runtime import settings
+from reasoning_core.runtime import settings, sft
 from reasoning_core.runtime.config import ConfigError
 from reasoning_core.runtime.metrics import MetricsWriter, read_metrics
 from reasoning_core.runtime.trackers import (
@@ -140,3 +142,20 @@ def test_a_missing_tracker_package_is_refused_naming_the_setting(monkeypatch):
     with pytest.raises(ConfigError, match="'trackers'"):
         settings.check_trackers(["mlflow"])
     settings.check_trackers([])
+
+
+def test_tensorboard_tracker_gets_the_runs_metrics_lines(world, tmp_path):
+    """trackers: [tensorboard] sends every train and eval line of a run to TensorBoard too,
+    at the same steps and values as metrics.jsonl (which is still written)."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg = {**SFT, **QUIET, "sft_pool_size": 8, "eval_at_start": True, "trackers": ["tensorboard"]}
+    records = run_trainer(sft, cfg, world, tmp_path / "run")
+    events = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    events.Reload()
+    for split, key in (("train", "loss"), ("train", "grad_norm"), ("eval", "accuracy")):
+        want = [(r["step"], r[key]) for r in records if r["split"] == split]
+        got = [(e.step, e.value) for e in events.Scalars(f"{split}/{key}")]
+        assert len(want) >= 2 and [s for s, _ in got] == [s for s, _ in want], key
+        assert [v for _, v in got] == pytest.approx([v for _, v in want], rel=1e-6), key
