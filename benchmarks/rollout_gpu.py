@@ -10,7 +10,7 @@ masks EOS; no stop strings).
 First, ``correctness``: on a tiny fp32 model on the same device, each static mode's greedy
 tokens must be the HF engine's and its log-probs the policy's within 1e-4 (with refills, row
 and span buckets and captured graphs); a failure is recorded as that entry's error. This is the
-GPU test of tests/test_rollout_static.py, runnable where pytest is not installed.
+GPU test of tests/runtime/engines/test_static.py, runnable where pytest is not installed.
 
 Then, for each engine and row count:
 

@@ -43,8 +43,8 @@ Robustness, because the lent time is short and this has to work the first time:
 * progress lines are printed with ``flush=True``.
 
 The import chain needs only torch, transformers, numpy, pyyaml and jaxtyping (all on the lent
-machine); ``tests/test_gpu_check.py`` runs it with vLLM, math-verify, Snakemake and beartype
-hidden so that it cannot grow a dependency the device lacks.
+machine); ``tests/runtime/gpu_check/test_gpu_check.py`` runs it with vLLM, math-verify,
+Snakemake and beartype hidden so that it cannot grow a dependency the device lacks.
 
 What it does *not* check: vLLM placement (a second GPU or colocated with a memory share) and
 weight sync into vLLM on GPU. The lent check machine has one GPU and no vLLM, so those paths

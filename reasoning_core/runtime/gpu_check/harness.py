@@ -17,8 +17,8 @@ import torch
 
 from reasoning_core.runtime.gpu_check.device import OOM_ERRORS, free_memory
 
-# Test hook: a comma-separated list of section names that raise a simulated CUDA
-# out-of-memory error when they start (tests/test_gpu_check.py checks the others still run).
+# Test hook: a comma-separated list of section names that raise a simulated CUDA out-of-memory error
+# when they start (tests/runtime/gpu_check/test_gpu_check.py checks the others still run).
 ENV_FAIL_SECTIONS = "RRL_GPU_CHECK_FAIL"
 
 
