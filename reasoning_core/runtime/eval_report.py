@@ -1,6 +1,6 @@
 """Reading graded evaluation records: the handout's categories, summary means, warnings.
 
-Pure functions over the records :func:`reasoning_core.runtime.evaluate.evaluate_policy` makes
+Pure functions over the records :func:`reasoning_core.runtime.eval_loop.evaluate_policy` makes
 (one dict per response with ``format_reward``, ``answer_reward``, ``reward``,
 ``response_length``, ``finish_reason``); :mod:`~reasoning_core.runtime.evaluate` re-exports
 them.
@@ -11,7 +11,7 @@ them.
 - :func:`category_report`: counts, fractions and the first 10 records of each category in eval
   order (``rrl eval``'s ``summary.json``);
 - :func:`eval_line_stats`, :func:`warn_grading`: what every ``eval`` metrics line carries
-  besides the rewards, and the stderr warning when grading timed out or raised.
+  besides the rewards (entropy, response lengths, grading failures), and the stderr warning when grading timed out or raised.
 """
 
 from __future__ import annotations
@@ -85,6 +85,7 @@ def summarize(records: list[dict[str, Any]], num_examples: int | None = None) ->
 
 
 EVAL_LINE_KEYS = (
+    "entropy",
     "response_length",
     "response_length_correct",
     "response_length_incorrect",
@@ -94,8 +95,10 @@ EVAL_LINE_KEYS = (
 
 
 def eval_line_stats(summary: dict[str, Any]) -> dict[str, Any]:
-    """The ``summary`` values every ``eval`` metrics line carries besides the rewards: response
-    lengths (overall, correct, incorrect) and the grading's ``grade/timeouts``/``grade/errors``."""
+    """The ``summary`` values every ``eval`` metrics line carries besides the rewards: the mean
+    token entropy of the responses (``entropy``, token-weighted; None when not computed),
+    response lengths (overall, correct, incorrect) and the grading's ``grade/timeouts`` /
+    ``grade/errors``: what the handout's ``log_generations`` reports, for every evaluation."""
     return {key: summary[key] for key in EVAL_LINE_KEYS}
 
 

@@ -1,8 +1,9 @@
 """Zero-shot evaluation (the handout's ``math_baseline``) and ``log_generations``.
 
-- :func:`evaluate_policy`: format a task's prompts, sample with any rollout engine, grade in
-  batch with ``envs.grade_batch``; returns summary metrics and one record per response. The
-  trainers call it for their periodic evaluation.
+- :func:`evaluate_policy` (from :mod:`.eval_loop`): format a task's prompts, sample with any
+  rollout engine, grade in batch with ``envs.grade_batch``, the responses' mean token entropy
+  under the policy; returns summary metrics and one record per response. The trainers call it
+  for their periodic evaluation.
 - :func:`category_report` (from :mod:`.eval_report`, like :func:`summarize`): the handout's
   three categories (format 1 & answer 1; format 1 & answer 0; format 0) with counts and the
   first 10 examples of each in eval order.
@@ -10,7 +11,8 @@
   in-the-loop logging, is in its own module beside this one.
 - ``rrl eval --config F --out DIR`` (:func:`main`): writes ``config.yaml``,
   ``generations/step_000000.jsonl`` (per example: prompt, response, ground truth, the three
-  rewards, response length in tokens, finish reason), ``summary.json`` (metrics and categories),
+  rewards, response length in tokens, finish reason), ``summary.json`` (metrics, with the
+  responses' mean token ``entropy``, and categories),
   one ``eval`` line in ``metrics.jsonl`` and, last, ``done.json``.
 """
 
@@ -21,14 +23,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
-
-from tqdm import tqdm
+from typing import Any, Literal
 
 import envs
+from reasoning_core.runtime.batching import MicroBatchSize
 from reasoning_core.runtime.checkpoint import check_model_folder
 from reasoning_core.runtime.config import ConfigError, resolve_command, save_config
-from reasoning_core.runtime.engines import make_engine
+from reasoning_core.runtime.engines import make_engine, resolve_engine
+from reasoning_core.runtime.engines.hf import model_and_tokenizer
+from reasoning_core.runtime.eval_loop import EvalResult, evaluate_policy, records_entropy
 from reasoning_core.runtime.eval_report import (
     CATEGORIES,
     CATEGORY_HELP,
@@ -42,108 +45,6 @@ from reasoning_core.runtime.eval_report import (
 )
 from reasoning_core.runtime.metrics import MetricsWriter, write_generations, write_json_atomic
 from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams
-
-
-class EvalResult(NamedTuple):
-    """``(summary, records)``; unpacks as a pair.
-
-    ``summary`` keys: ``accuracy`` (= mean answer reward), ``answer_reward``,
-    ``format_reward``, ``reward``, ``num_examples``, ``num_responses``, ``response_length``
-    (mean tokens), ``response_length_correct`` / ``response_length_incorrect`` (mean tokens of
-    the responses with answer reward 1 / the others; None when none), ``finish_length_fraction``
-    (share cut at ``max_tokens``), one count per category (``correct``, ``wrong_answer``,
-    ``bad_format``), ``grade/timeouts`` and ``grade/errors`` (responses that scored 0 because
-    grading timed out or raised; a warning goes to stderr when either is non-zero);
-    wall-clock under ``time/generate`` and ``time/grade``.
-    """
-
-    summary: dict[str, Any]
-    records: list[dict[str, Any]]
-
-    @property
-    def metrics(self) -> dict[str, Any]:
-        return self.summary
-
-
-def evaluate_policy(
-    engine: RolloutEngine,
-    examples: list[Any],
-    task: Any,
-    template: str,
-    params: SamplingParams,
-    *,
-    batch_size: int | None = None,
-    reward_fn: Any = None,
-    grade_timeout: float | None = None,
-    num_workers: int | None = None,
-    progress: bool = False,
-) -> EvalResult:
-    """Sample ``params.n`` responses per example and grade them.
-
-    Args:
-        engine: any rollout engine (its current weights are evaluated; sync before calling).
-        examples: ``envs.Example`` objects (``id``, ``question``, ``ground_truth``).
-        task: the ``envs.Task`` that formats prompts (and supplies the reward function).
-        template: prompt template name (``r1_zero``, ``question_only``, ``countdown``).
-        params: sampling settings (the handout's eval: temperature 1, top_p 1, 1024 tokens,
-            stop at ``</answer>`` kept).
-        batch_size: prompts per ``engine.generate`` call (all at once when None).
-        reward_fn: overrides ``task.reward_fn(template)``.
-        grade_timeout, num_workers: passed to ``envs.grade_batch`` (its defaults when None).
-        progress: show a progress bar over examples (stderr).
-    """
-    t0 = time.perf_counter()
-    prompts = [task.format_prompt(ex, template) for ex in examples]
-    step = batch_size or max(1, len(prompts))
-    completions = []
-    bar = None
-    if progress:
-        bar = tqdm(total=len(prompts), desc="generate", unit="ex", file=sys.stderr)
-    for start in range(0, len(prompts), step):
-        chunk = prompts[start : start + step]
-        completions.extend(engine.generate(chunk, params))
-        if bar is not None:
-            bar.update(len(chunk))
-    if bar is not None:
-        bar.close()
-
-    records: list[dict[str, Any]] = []
-    for ex, prompt, outs in zip(examples, prompts, completions, strict=True):
-        for j, c in enumerate(outs):
-            record = {"id": ex.id}
-            if params.n > 1:
-                record["sample"] = j
-            record.update(
-                prompt=prompt,
-                response=c.text,
-                ground_truth=ex.ground_truth,
-                response_length=len(c.token_ids),
-                finish_reason=c.finish_reason,
-            )
-            records.append(record)
-
-    t1 = time.perf_counter()
-    fn = reward_fn if reward_fn is not None else task.reward_fn(template)
-    grade_kwargs: dict[str, Any] = {}
-    if grade_timeout is not None:
-        grade_kwargs["timeout"] = grade_timeout
-    if num_workers is not None:
-        grade_kwargs["num_workers"] = num_workers
-    scores = envs.grade_batch(
-        fn, [r["response"] for r in records], [r["ground_truth"] for r in records], **grade_kwargs
-    )
-    for record, score in zip(records, scores, strict=True):
-        record["reward"] = float(score["reward"])
-        record["format_reward"] = float(score["format_reward"])
-        record["answer_reward"] = float(score["answer_reward"])
-        record["category"] = category(record)
-    summary = summarize(records, num_examples=len(examples))
-    summary.update(scores.metrics())  # keep `scores` a GradeResults: list() drops the counts
-    warn_grading(summary)
-    summary["time/generate"] = t1 - t0
-    summary["time/grade"] = time.perf_counter() - t1
-    return EvalResult(summary, records)
-
 
 # ---------------------------------------------------------------------------------------------
 # rrl eval
@@ -159,8 +60,11 @@ class EvalConfig:
     template: str = "r1_zero"
     data_path: str | None = None  # read the split from this JSONL instead of the vendored data
     limit: int | None = None  # evaluate only the first `limit` examples
-    engine: Literal["vllm", "hf", "static"] = "vllm"
-    # hf and static engines only (vLLM places itself): "auto" takes the CUDA GPU when there is one.
+    # "auto": vllm when the vllm package imports and `device` is CUDA, else static on CUDA, else
+    # hf; the log says which, and done.json records it as "engine".
+    engine: Literal["auto", "vllm", "hf", "static"] = "vllm"
+    # hf and static engines and the entropy forward (vLLM places itself): "auto" takes the CUDA
+    # GPU when there is one.
     device: str = "auto"
     dtype: str = "float32"  # model dtype (bfloat16 on a GPU)
     n: int = 1
@@ -176,6 +80,13 @@ class EvalConfig:
     kv_cache_memory_bytes: int | None = None  # vLLM only (default 1 GiB on CPU)
     gpu_memory_utilization: float = 0.85  # vLLM on a GPU only
     grade_timeout: float = 10.0
+    # Eval line and summary.json carry `entropy`, the mean token entropy of the responses under
+    # the model (token-weighted; a no-gradient forward over them, entropy_micro_batch_size
+    # responses at a time). The hf and static engines hold the model they sample with; a
+    # vLLM engine holds none, so the model is loaded again with Hugging Face on `device` once
+    # vLLM is closed. false: `entropy: null`, nothing extra loaded or computed.
+    entropy: bool = True
+    entropy_micro_batch_size: int = 8
     # summary.json lists the first N responses of each category in eval order (handout: >= 10).
     examples_per_category: int = 10
 
@@ -193,6 +104,11 @@ class EvalConfig:
         if self.examples_per_category < 0:
             raise ConfigError(
                 f"setting 'examples_per_category' must be >= 0, got {self.examples_per_category}"
+            )
+        if self.entropy_micro_batch_size < 1:
+            raise ConfigError(
+                "setting 'entropy_micro_batch_size' must be >= 1, got "
+                f"{self.entropy_micro_batch_size}"
             )
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"setting 'limit' must be >= 1, got {self.limit}")
@@ -227,19 +143,29 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def build_engine(cfg: EvalConfig) -> RolloutEngine:
-    if cfg.engine in ("hf", "static"):
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+def eval_device(cfg: EvalConfig) -> str:
+    """The device of the hf and static engines and of the entropy forward."""
+    if cfg.device == "auto":
+        return "cuda" if _cuda_available() else "cpu"
+    return cfg.device
 
-        device = cfg.device
-        if device == "auto":
-            device = "cuda" if _cuda_available() else "cpu"
-        model = AutoModelForCausalLM.from_pretrained(
-            cfg.model_path, dtype=getattr(torch, cfg.dtype)
-        )
-        tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
-        return make_engine(cfg.engine, model.to(device), tokenizer)
+
+def load_hf_model(cfg: EvalConfig) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` from ``cfg.model_path`` with Hugging Face, on :func:`eval_device`."""
+    model, tokenizer = model_and_tokenizer(cfg.model_path, None, cfg.dtype, engine="rrl eval")
+    return model.to(eval_device(cfg)), tokenizer
+
+
+def engine_kind(cfg: EvalConfig) -> str:
+    """Setting ``engine`` with ``auto`` resolved for :func:`eval_device`."""
+    return resolve_engine(cfg.engine, eval_device(cfg))
+
+
+def build_engine(cfg: EvalConfig) -> RolloutEngine:
+    kind = engine_kind(cfg)
+    if kind in ("hf", "static"):
+        model, tokenizer = load_hf_model(cfg)
+        return make_engine(kind, model, tokenizer)
     return make_engine(
         "vllm",
         cfg.model_path,
@@ -250,6 +176,23 @@ def build_engine(cfg: EvalConfig) -> RolloutEngine:
         kv_cache_memory_bytes=cfg.kv_cache_memory_bytes,
         gpu_memory_utilization=cfg.gpu_memory_utilization,
     )
+
+
+def engine_policy(engine: Any) -> tuple[Any, Any] | None:
+    """``(model, tokenizer)`` when ``engine`` samples from a Hugging Face module it holds (the
+    hf and static engines), else None (vLLM keeps its own copy of the weights)."""
+    import torch
+
+    model = getattr(engine, "model", None)
+    if isinstance(model, torch.nn.Module) and getattr(engine, "tokenizer", None) is not None:
+        return model, engine.tokenizer
+    return None
+
+
+def close_engine(engine: Any) -> None:
+    close = getattr(engine, "close", None)
+    if callable(close):
+        close()
 
 
 def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict[str, Any]:
@@ -268,8 +211,12 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
     if not examples:
         raise ConfigError(f"task {cfg.task!r} split {cfg.split!r} has no examples")
     save_config(cfg, out)
+    kind = engine_kind(cfg)
+    print(f"[eval] rollout engine: {kind} (engine: {cfg.engine})", file=sys.stderr)
     engine = build_engine(cfg)
     t1 = time.perf_counter()
+    policy = engine_policy(engine) if cfg.entropy else None
+    entropy_micro = MicroBatchSize(cfg.entropy_micro_batch_size, name="eval entropy")
     summary, records = evaluate_policy(
         engine,
         examples,
@@ -279,7 +226,17 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
         batch_size=cfg.batch_size,
         grade_timeout=cfg.grade_timeout,
         progress=progress,
+        model=policy[0] if policy else None,
+        tokenizer=policy[1] if policy else None,
+        entropy_micro_batch_size=entropy_micro,
     )
+    if cfg.entropy and policy is None:  # a vLLM engine: free its memory, load the model with HF
+        close_engine(engine)
+        t_entropy = time.perf_counter()
+        model, tokenizer = load_hf_model(cfg)
+        summary["entropy"] = records_entropy(model, tokenizer, records, entropy_micro)
+        summary["time/entropy"] = time.perf_counter() - t_entropy
+        del model
     t2 = time.perf_counter()
     write_generations(out, 0, records)
     report = {
@@ -304,6 +261,7 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
                 "time/startup": t1 - t0,
                 "time/rollout": summary["time/generate"],
                 "time/grade": summary["time/grade"],
+                "time/entropy": summary["time/entropy"],
             },
             step=0,
             split="eval",
@@ -314,10 +272,9 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
         "eval_reward": summary["reward"],
         "eval_examples": summary["num_examples"],
         "wall_seconds": time.perf_counter() - t0,
+        "engine": kind,
     }
-    close = getattr(engine, "close", None)
-    if callable(close):
-        close()
+    close_engine(engine)
     write_json_atomic(out / "done.json", done)
     return done
 
@@ -357,6 +314,7 @@ __all__ = [
     "category_report",
     "eval_line_stats",
     "evaluate_policy",
+    "records_entropy",
     "is_one",
     "main",
     "run_eval",

@@ -4,6 +4,10 @@ Per example: prompt, response, ground truth, the three rewards and the mean toke
 the policy over the response; overall, the mean response length of all, correct and incorrect
 responses. Writing the records is the caller's job (the trainers' evaluations write theirs
 with :func:`reasoning_core.runtime.metrics.write_generations`).
+
+:func:`response_entropy_sums` is the no-gradient forward both use: per response, the sum of
+the policy's token entropy over its tokens and their count. :func:`mean_response_entropy`
+turns it into the token-weighted mean that every ``eval`` metrics line carries as ``entropy``.
 """
 
 from __future__ import annotations
@@ -13,8 +17,86 @@ from typing import Any
 import torch
 
 import envs
-from reasoning_core import get_response_log_probs, tokenize_prompt_and_output
-from reasoning_core.runtime.evaluate import is_one
+from reasoning_core import get_response_log_probs, masked_normalize, tokenize_prompt_and_output
+from reasoning_core.runtime.batching import MicroBatchSize, with_micro_batch
+from reasoning_core.runtime.eval_report import is_one
+
+
+@torch.no_grad()
+def response_entropy_sums(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[str],
+    responses: list[str],
+    *,
+    micro_batch_size: int | MicroBatchSize = 8,
+) -> tuple[list[float], list[int]]:
+    r"""Per response ``i``: ``(S_i, n_i)``, the sum of the policy's token entropy over its
+    ``n_i`` response tokens and that count.
+
+    .. math:: S_i = \sum_{t \in \mathrm{resp}(i)} H_t, \qquad
+              H_t = -\sum_v p_\theta(v \mid x_{<t}) \log p_\theta(v \mid x_{<t})
+
+    The pure core does the work: :func:`~reasoning_core.tokenize_prompt_and_output` (prompt and
+    response tokenized apart, so a response's tokens are the ones its text re-tokenizes to),
+    :func:`~reasoning_core.get_response_log_probs` with ``return_token_entropy`` on ``model``
+    itself (eager, never the compiled training forward: eval shapes vary), and
+    :func:`~reasoning_core.masked_normalize` with constant 1 (the masked sum) per row. Rows go
+    in order, ``micro_batch_size`` at a time, each micro batch padded to its own longest row;
+    a :class:`MicroBatchSize` redoes the pass smaller on CUDA out-of-memory. Runs in eval mode
+    (restored after) under ``torch.no_grad``; the forward draws no random numbers, so no
+    random stream of the run moves."""
+    if len(prompts) != len(responses):
+        raise ValueError("prompts and responses must have the same length")
+    device = next(model.parameters()).device
+
+    def score(size: int) -> tuple[list[float], list[int]]:
+        sums: list[float] = []
+        counts: list[int] = []
+        for start in range(0, len(prompts), size):
+            batch = tokenize_prompt_and_output(
+                prompt_strs=list(prompts[start : start + size]),
+                output_strs=list(responses[start : start + size]),
+                tokenizer=tokenizer,
+            )
+            out = get_response_log_probs(
+                model=model,
+                input_ids=batch["input_ids"].to(device),
+                labels=batch["labels"].to(device),
+                return_token_entropy=True,
+            )
+            mask = batch["response_mask"].to(device)
+            row_sums = masked_normalize(out["token_entropy"].float(), mask, 1.0, dim=-1)
+            sums.extend(row_sums.tolist())
+            counts.extend(int(c) for c in mask.sum(-1).tolist())
+        return sums, counts
+
+    was_training = model.training
+    model.eval()
+    try:
+        return with_micro_batch(micro_batch_size, score)
+    finally:
+        model.train(was_training)
+
+
+def mean_response_entropy(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[str],
+    responses: list[str],
+    *,
+    micro_batch_size: int | MicroBatchSize = 8,
+) -> float | None:
+    r"""Mean token entropy of the responses under ``model``, token-weighted over all of them:
+    :math:`\sum_i S_i / \sum_i n_i` (:func:`response_entropy_sums`), i.e. every response token
+    counts once, so a long response weighs more than a short one (``log_generations``'s
+    ``mean_token_entropy`` is instead the mean of per-response means). In nats, within
+    ``[0, log V]``. None when no response has a token."""
+    sums, counts = response_entropy_sums(
+        model, tokenizer, prompts, responses, micro_batch_size=micro_batch_size
+    )
+    total = sum(counts)
+    return sum(sums) / total if total else None
 
 
 def log_generations(
@@ -45,33 +127,10 @@ def log_generations(
         if reward_fn is None:
             raise ValueError("log_generations needs rewards or a reward_fn")
         rewards = list(envs.grade_batch(reward_fn, list(responses), list(ground_truths)))
-    device = next(model.parameters()).device
-    entropies: list[float] = []
-    lengths: list[int] = []
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            for start in range(0, len(prompts), micro_batch_size):
-                sl = slice(start, start + micro_batch_size)
-                batch = tokenize_prompt_and_output(
-                    prompt_strs=list(prompts[sl]),
-                    output_strs=list(responses[sl]),
-                    tokenizer=tokenizer,
-                )
-                out = get_response_log_probs(
-                    model=model,
-                    input_ids=batch["input_ids"].to(device),
-                    labels=batch["labels"].to(device),
-                    return_token_entropy=True,
-                )
-                mask = batch["response_mask"].to(device).float()
-                count = mask.sum(-1)
-                ent = (out["token_entropy"].float() * mask).sum(-1) / count.clamp(min=1)
-                entropies.extend(ent.tolist())
-                lengths.extend(int(c) for c in count.tolist())
-    finally:
-        model.train(was_training)
+    sums, lengths = response_entropy_sums(
+        model, tokenizer, list(prompts), list(responses), micro_batch_size=micro_batch_size
+    )
+    entropies = [total / max(1, count) for total, count in zip(sums, lengths, strict=True)]
 
     records = []
     for i in range(len(prompts)):

@@ -27,6 +27,8 @@ import torch
 from tqdm.auto import tqdm
 
 import envs
+from reasoning_core.runtime import engines
+from reasoning_core.runtime.batching import MicroBatchSize
 from reasoning_core.runtime.checkpoint import find_state, load_state, save_checkpoint, save_state
 from reasoning_core.runtime.config import (
     ConfigError,
@@ -34,7 +36,7 @@ from reasoning_core.runtime.config import (
     resolve_command,
     save_config,
 )
-from reasoning_core.runtime.engines import make_engine
+from reasoning_core.runtime.engines import make_engine, resolve_engine
 from reasoning_core.runtime.evaluate import eval_line_stats, evaluate_policy
 from reasoning_core.runtime.metrics import MetricsWriter, write_generations, write_json_atomic
 from reasoning_core.runtime.policy import (
@@ -45,7 +47,7 @@ from reasoning_core.runtime.policy import (
     setup_torch,
 )
 from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams
-from reasoning_core.runtime.settings import RESUME_MAY_CHANGE, CommonConfig
+from reasoning_core.runtime.settings import RESUME_MAY_CHANGE, CommonConfig, engine_options
 from reasoning_core.runtime.trackers import open_trackers
 
 ENV_EXIT_AFTER = "RRL_EXIT_AFTER_STEP"  # test hook: hard-exit right after this optimizer step
@@ -87,6 +89,7 @@ class RunContext:
         self.last_eval: dict[str, Any] | None = None
         # When max_wall_seconds stopped the run: {"iterations_done": k, "iterations_planned": n}
         self.budget_stop: dict[str, int] | None = None
+        self.engine: str | None = None  # the rollout engine that ran (`auto` resolved)
         self.metrics: MetricsWriter | None = None
         if self.done:
             return
@@ -149,7 +152,8 @@ class RunContext:
         ``done.json``: ``method``, ``step`` (optimizer steps reached), the last evaluation's
         ``eval_accuracy``/``eval_format_reward``/``eval_examples``, ``wall_seconds``,
         ``stopped_on_budget`` (True when ``max_wall_seconds`` ended the run early, with
-        ``iterations_done`` of ``iterations_planned`` in the trainer's unit), then ``extra``."""
+        ``iterations_done`` of ``iterations_planned`` in the trainer's unit), ``engine`` (the
+        rollout engine that ran: setting ``engine`` with ``auto`` resolved), then ``extra``."""
         if self.cfg.save_checkpoint:
             save_checkpoint(model, tokenizer, self.out / "checkpoint")
         last = self.last_eval or {}
@@ -162,6 +166,7 @@ class RunContext:
             "wall_seconds": self.elapsed(),
             "stopped_on_budget": self.budget_stop is not None,
             **(self.budget_stop or {}),
+            "engine": self.engine,
         }
         done.update(extra or {})
         write_json_atomic(self.out / "done.json", done)
@@ -172,7 +177,14 @@ class RunContext:
 
 
 class Evaluator:
-    """Sampled evaluation on a fixed list of eval problems with a fixed seed."""
+    """Sampled evaluation on a fixed list of eval problems with a fixed seed.
+
+    Each ``eval`` line also carries ``entropy``: the policy's mean token entropy over the
+    responses, token-weighted (every response token of every response counts once), from a
+    no-gradient forward of the policy module itself (eval mode, micro batches of
+    ``max(8, micro_batch_size)`` rows with their own out-of-memory back-off). It draws no
+    random numbers, so no other metric changes; its time is in ``time/eval`` and apart as
+    ``time/entropy``."""
 
     def __init__(self, cfg: CommonConfig, task: envs.Task, tokenizer: Any):
         self.cfg = cfg
@@ -187,6 +199,11 @@ class Evaluator:
             stop=list(cfg.stop),
             include_stop_str_in_output=True,
             seed=cfg.eval_seed,
+        )
+        self.entropy_micro = MicroBatchSize(
+            max(8, getattr(cfg, "micro_batch_size", 8)),
+            backoff=cfg.oom_backoff,
+            name="eval entropy",
         )
 
     def __call__(self, engine: RolloutEngine, model, step: int, run: RunContext) -> dict:
@@ -204,6 +221,9 @@ class Evaluator:
             self.params,
             batch_size=self.cfg.eval_batch_size,
             progress=self.cfg.progress,  # a full MATH eval takes minutes even on a GPU
+            model=model,
+            tokenizer=self.tokenizer,
+            entropy_micro_batch_size=self.entropy_micro,
         )
         model.train(was_training)
         t2 = time.perf_counter()
@@ -217,6 +237,7 @@ class Evaluator:
             **eval_line_stats(summary),
             "time/sync": t1 - t0,
             "time/eval": t2 - t1,
+            "time/entropy": summary["time/entropy"],
         }
         record = run.log(values, step=step, split="eval")
         run.last_eval = record
@@ -240,10 +261,28 @@ class Training(NamedTuple):
         return self.counters[counter] if self.counters else 0
 
 
+def rollout_engine_kind(cfg: CommonConfig, model) -> str:
+    """The engine ``cfg.engine`` means for a policy on ``model``'s device (``auto`` resolved by
+    :func:`engines.resolve_engine`)."""
+    return resolve_engine(cfg.engine, next(model.parameters()).device)
+
+
 def make_rollout_engine(cfg: CommonConfig, model, tokenizer):
-    """The engine a run samples with: ``cfg.engine`` built by :func:`engines.make_engine` with
-    ``cfg.engine_kwargs``. One seam for tests that wrap the engine a trainer builds."""
-    return make_engine(cfg.engine, model, tokenizer, **cfg.engine_kwargs)
+    """The engine a run samples with: :func:`rollout_engine_kind` built by
+    :func:`engines.make_engine` with its options from ``cfg.engine_kwargs``
+    (:func:`settings.engine_options`). One seam for tests that wrap the engine a trainer builds."""
+    kind = rollout_engine_kind(cfg, model)
+    return make_engine(kind, model, tokenizer, **engine_options(cfg.engine_kwargs, kind))
+
+
+def auto_reason(model) -> str:
+    """Why ``engine: auto`` chose what it did, for the run's log."""
+    device = next(model.parameters()).device
+    if device.type != "cuda":
+        return f"policy on {device}"
+    return f"policy on {device}, vllm " + (
+        "imports" if engines.vllm_importable() else "does not import"
+    )
 
 
 def setup_training(
@@ -257,6 +296,9 @@ def setup_training(
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, cfg, total_steps)
     counters = run.resume(model, optimizer, scheduler)
+    run.engine = rollout_engine_kind(cfg, model)
+    why = "" if cfg.engine == run.engine else f" (engine: {cfg.engine}; {auto_reason(model)})"
+    print(f"[{method}] rollout engine: {run.engine}{why}", file=sys.stderr)
     engine = make_rollout_engine(cfg, model, tokenizer)
     evaluator = Evaluator(cfg, task, tokenizer)
     if counters is None and cfg.eval_at_start:

@@ -11,7 +11,9 @@ not what it computes (``max_wall_seconds`` says only when to stop, like a killed
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -20,6 +22,7 @@ import torch
 import envs
 from reasoning_core.runtime.checkpoint import check_model_folder
 from reasoning_core.runtime.config import ConfigError
+from reasoning_core.runtime.engines import ENGINE_SETTINGS, ENGINES, HFEngine, StaticEngine
 
 RESUME_MAY_CHANGE = {
     "device", "num_threads", "progress", "oom_backoff", "gradient_checkpointing",
@@ -64,7 +67,12 @@ class CommonConfig:
     # share with engine_kwargs.gpu_memory_utilization) or, on two GPUs, with the policy on
     # device "cuda:1" while vLLM takes cuda:0 (see README, "GPU runs").
     # "static": preallocated KV cache and CUDA-graph decode steps, no vLLM needed.
-    engine: Literal["hf", "static", "vllm"] = "hf"
+    # "auto": vllm when the vllm package imports and the device is CUDA, else static on CUDA,
+    # else hf; the run's log says which, and done.json records it as "engine".
+    engine: Literal["auto", "hf", "static", "vllm"] = "hf"
+    # Options of the engine: a flat mapping ({max_batch_size: 64}) for an explicitly named
+    # engine, or one section per engine ({vllm: {gpu_memory_utilization: 0.35}, static: {...}})
+    # of which the chosen engine gets its own (none: defaults). `engine: auto` needs sections.
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     # Optimizer and schedule (AdamW).
     lr: float = 1e-5
@@ -123,6 +131,7 @@ class CommonConfig:
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise ConfigError(f"setting 'device' is {self.device!r} but no CUDA GPU is available")
         check_trackers(self.trackers)
+        check_engine_settings(self.engine, self.engine_kwargs)
         try:
             task = envs.get_task(self.task)
             task.check_template(self.template)
@@ -191,3 +200,88 @@ def check_trackers(names: list[str]) -> None:
                 f"setting 'trackers' asks for {name!r}, but the {module!r} package is not "
                 f"installed: pip install 'reasoning-rl[{extra}]' (or drop {name!r})"
             )
+
+
+# Option names of the engines whose constructors take a closed list (vLLM takes any vllm.LLM
+# argument, so its options are checked when it starts).
+_ENGINE_CLASSES = {"hf": HFEngine, "static": StaticEngine}
+
+
+def _engine_options(kind: str) -> list[str] | None:
+    cls = _ENGINE_CLASSES.get(kind)
+    if cls is None:
+        return None
+    params = list(inspect.signature(cls.__init__).parameters.values())[3:]  # self, model, tok
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return [p.name for p in params]
+
+
+def per_engine_sections(engine_kwargs: dict[str, Any]) -> bool:
+    """True when ``engine_kwargs`` is keyed by engine (``{vllm: {...}, static: {...}}``): some
+    key names an engine. Then every key must (see :func:`check_engine_settings`)."""
+    return any(key in ENGINES for key in engine_kwargs)
+
+
+def check_engine_settings(engine: str, engine_kwargs: dict[str, Any]) -> None:
+    """Raise ConfigError naming the setting for an unknown ``engine``, a section of
+    ``engine_kwargs`` for an engine that does not exist (or not a mapping), a flat
+    ``engine_kwargs`` with ``engine: auto`` (it cannot say which engine the options are for),
+    and an option the hf or static engine does not take."""
+    if engine not in ENGINE_SETTINGS:
+        raise ConfigError(
+            f"setting 'engine' must be one of {list(ENGINE_SETTINGS)}, got {engine!r}"
+        )
+    if not isinstance(engine_kwargs, dict):
+        raise ConfigError(f"setting 'engine_kwargs' must be a mapping, got {engine_kwargs!r}")
+    if per_engine_sections(engine_kwargs):
+        for kind, options in engine_kwargs.items():
+            if kind not in ENGINES:
+                raise ConfigError(
+                    f"setting 'engine_kwargs' has sections per engine, but {kind!r} is no "
+                    f"engine: the sections must be named from {list(ENGINES)}"
+                )
+            if options is not None and not isinstance(options, dict):
+                raise ConfigError(
+                    f"setting 'engine_kwargs.{kind}' must be a mapping of the {kind} engine's "
+                    f"options, got {options!r}"
+                )
+            _check_options(kind, options or {}, f"engine_kwargs.{kind}")
+        return
+    for key, value in engine_kwargs.items():
+        # A mapping under a name like an engine's, or any mapping with `auto` (which takes
+        # sections only), is a section for an engine that does not exist.
+        near = difflib.get_close_matches(str(key), ENGINE_SETTINGS, n=1, cutoff=0.6)
+        if isinstance(value, dict) and (near or engine == "auto"):
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ConfigError(
+                f"setting 'engine_kwargs' has a section {key!r}, which is no engine{hint}; "
+                f"sections must be named from {list(ENGINES)}"
+            )
+    if engine == "auto" and engine_kwargs:
+        raise ConfigError(
+            "setting 'engine_kwargs' is a flat mapping but setting 'engine' is auto, so it "
+            "cannot say which engine takes these options: key them by engine, e.g. "
+            "engine_kwargs: {vllm: {gpu_memory_utilization: 0.35}, static: {max_batch_size: 256}}"
+        )
+    if engine != "auto":
+        _check_options(engine, engine_kwargs, "engine_kwargs")
+
+
+def _check_options(kind: str, options: dict[str, Any], setting: str) -> None:
+    known = _engine_options(kind)
+    if known is None:
+        return
+    for name in options:
+        if name not in known:
+            raise ConfigError(
+                f"setting {setting!r}: the {kind} engine has no option {name!r}; it takes {known}"
+            )
+
+
+def engine_options(engine_kwargs: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The options of engine ``kind`` (the resolved engine) in ``engine_kwargs``: its own
+    section when the mapping is keyed by engine (none: ``{}``), else the flat mapping."""
+    if per_engine_sections(engine_kwargs):
+        return dict(engine_kwargs.get(kind) or {})
+    return dict(engine_kwargs)

@@ -7,12 +7,19 @@ one factory that builds them.
   with weight sync (vLLM itself is imported only when such an engine starts);
 - :mod:`~reasoning_core.runtime.engines.static`: :class:`StaticEngine`, the live policy module
   decoded over a preallocated KV cache, decode steps captured as CUDA graphs on a GPU.
+
+Setting ``engine: auto`` picks one with :func:`resolve_engine`: ``vllm`` when the ``vllm``
+package imports and the policy is on a CUDA device, else ``static`` on a CUDA device, else
+``hf`` (the CPU).
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from reasoning_core.runtime.engines.hf import HFEngine
 from reasoning_core.runtime.engines.static import StaticEngine
@@ -20,6 +27,30 @@ from reasoning_core.runtime.engines.vllm import VLLMEngine
 from reasoning_core.runtime.rollout import RolloutEngine
 
 ENGINES = ("hf", "static", "vllm")
+ENGINE_SETTINGS = ("auto", *ENGINES)  # the values of setting `engine`
+
+
+@functools.cache
+def vllm_importable() -> bool:
+    """True when ``import vllm`` succeeds here (asked once per process: it takes seconds)."""
+    try:
+        import vllm  # noqa: F401
+    except Exception:  # not installed, or installed but broken (a CUDA/torch mismatch)
+        return False
+    return True
+
+
+def resolve_engine(engine: str, device: str | torch.device) -> str:
+    """The engine setting ``engine`` means on ``device`` (the policy's): itself when it names
+    one; for ``auto``, ``vllm`` when :func:`vllm_importable` and ``device`` is CUDA, ``static``
+    on CUDA without vLLM, ``hf`` otherwise. vLLM is not even imported off CUDA."""
+    if engine != "auto":
+        if engine not in ENGINES:
+            raise ValueError(f"unknown engine {engine!r}; expected one of {list(ENGINE_SETTINGS)}")
+        return engine
+    if torch.device(device).type != "cuda":
+        return "hf"
+    return "vllm" if vllm_importable() else "static"
 
 
 def make_engine(kind: str, model: Any, tokenizer: Any = None, **kwargs: Any) -> RolloutEngine:
@@ -47,4 +78,13 @@ def make_engine(kind: str, model: Any, tokenizer: Any = None, **kwargs: Any) -> 
     raise ValueError(f"unknown engine kind {kind!r}; expected one of {list(ENGINES)}")
 
 
-__all__ = ["ENGINES", "HFEngine", "StaticEngine", "VLLMEngine", "make_engine"]
+__all__ = [
+    "ENGINES",
+    "ENGINE_SETTINGS",
+    "HFEngine",
+    "StaticEngine",
+    "VLLMEngine",
+    "make_engine",
+    "resolve_engine",
+    "vllm_importable",
+]
