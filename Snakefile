@@ -18,6 +18,13 @@ min_version("9.0")
 configfile: "workflow/config/config.yaml"
 
 
+# `--config seeds=[0,1]` arrives as ["0", "1"] (snakemake reads lists given there as text).
+if isinstance(config.get("seeds"), list):
+    config["seeds"] = [
+        int(seed) if isinstance(seed, str) and seed.isdigit() else seed for seed in config["seeds"]
+    ]
+
+
 validate(config, "workflow/schemas/config.schema.yaml")
 
 
