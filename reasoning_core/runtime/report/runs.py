@@ -116,11 +116,18 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
+def run_config_path(run: str | Path) -> Path:
+    """``run/config.yaml``; for a run across seeds, its first seed's (the seeds' configurations
+    differ only in ``seed``)."""
+    seeds = seed_runs(run)
+    return seeds[0][1] / "config.yaml" if seeds else Path(run) / "config.yaml"
+
+
 def run_labels(runs: Sequence[str | Path], keys: Sequence[str]) -> list[str]:
     """Label each run by ``key=value`` for those of ``keys`` whose resolved values (from the
-    runs' ``config.yaml``) differ between the runs; a run folder named ``default`` (the
+    runs' ``config.yaml``, :func:`run_config_path`) differ between the runs; a run folder named ``default`` (the
     method's default settings) says so. Runs that still share a label get their folder name."""
-    configs = [read_yaml(Path(r) / "config.yaml") for r in runs]
+    configs = [read_yaml(run_config_path(r)) for r in runs]
     values = {k: [format_value(c[k]) if k in c else "-" for c in configs] for k in keys}
     varied = [k for k in keys if len(runs) == 1 or len(set(values[k])) > 1]
     labels = []
