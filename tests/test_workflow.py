@@ -348,7 +348,7 @@ def test_smoke_workflow_runs_end_to_end(tmp_path):
         if row["experiment"] != "base":
             assert 0.0 <= float(row["eval_accuracy"]) <= 1.0, row
     # Benchmarks of training rules; logs of every rule.
-    assert (results / "benchmarks" / "grpo" / "default.tsv").is_file()
+    assert (results / "benchmarks" / "grpo" / "default" / "seed~0.tsv").is_file()
     assert (results / "logs" / "summary.log").is_file()
 
     # The HTML report gathers every figure with its caption.
@@ -381,8 +381,8 @@ def test_smoke_workflow_runs_end_to_end(tmp_path):
 
     # A second seed of one run: only that seed trains; its seeds.json spans both.
     target = "results/smoke/sft/default/seeds.json"
-    more = ("--configfile", str(config), "--config", "seeds=[0,1]")
-    two = snakemake("--cores", "2", *more, target, cwd=tmp_path, timeout=600)
+    more = ("--configfile", str(config), "--config", "seeds=[0,1]")  # --config: last
+    two = snakemake(target, "--cores", "2", *more, cwd=tmp_path, timeout=600)
     assert two.returncode == 0, two.stderr[-3000:]
     assert (results / "sft/default/seed~1/done.json").is_file()
     assert not (results / "sft/max_examples~128/seed~1").exists()
