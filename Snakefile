@@ -1,6 +1,8 @@
 # The reasoning-rl study: every experiment of CS336 assignment 5 as rules.
 #
 #   snakemake --cores 2                                          # the tiny CPU world (default)
+#   snakemake --cores 2 results/grpo/lr~3e-4/seeds.json          # one run, every seed
+#   snakemake --cores 2 results/grpo/lr~3e-4/seed~1/done.json    # one run, one seed
 #   snakemake --cores 2 --configfile workflow/config/smoke.yaml  # the same DAG in minutes
 #   snakemake --workflow-profile workflow/profiles/slurm --configfile workflow/config/gpu_math.yaml
 #
@@ -16,6 +18,13 @@ min_version("9.0")
 configfile: "workflow/config/config.yaml"
 
 
+# `--config seeds=[0,1]` arrives as ["0", "1"] (snakemake reads lists given there as text).
+if isinstance(config.get("seeds"), list):
+    config["seeds"] = [
+        int(seed) if isinstance(seed, str) and seed.isdigit() else seed for seed in config["seeds"]
+    ]
+
+
 validate(config, "workflow/schemas/config.schema.yaml")
 
 
@@ -28,6 +37,7 @@ include: "workflow/rules/eval.smk"
 include: "workflow/rules/sft.smk"
 include: "workflow/rules/ei.smk"
 include: "workflow/rules/grpo.smk"
+include: "workflow/rules/seeds.smk"
 include: "workflow/rules/plots.smk"
 
 

@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "grpo": ("reasoning_core.runtime.grpo", "GRPO and its policy-gradient relatives"),
     "plot": ("reasoning_core.runtime.report", "plot curves from metrics.jsonl files"),
     "summary": ("reasoning_core.runtime.report", "aggregate runs into results/summary.tsv"),
+    "seeds": ("reasoning_core.runtime.report", "one run across seeds: mean, std, 95% interval"),
     "sft-data": ("envs.sft_data", "build r1_zero SFT examples from a task's own solutions"),
     "gpu-check": ("reasoning_core.runtime.gpu_check", "prepared GPU readiness check"),
 }

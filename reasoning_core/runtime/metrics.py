@@ -1,7 +1,9 @@
 """Run outputs that are plain files: ``metrics.jsonl`` and ``generations/step_XXXXXX.jsonl``.
 
 Every metrics line is one JSON object with ``step`` (optimizer steps so far) and ``split``
-(``train`` or ``eval``). Wall-clock measurements go only under keys starting with ``time/``,
+(``train`` or ``eval``; a finished training run's last line has split ``done`` and repeats what
+its ``done.json`` says, so that the committed ``metrics.jsonl`` alone describes the finished
+run: ``done.json`` is not committed). Wall-clock measurements go only under keys starting with ``time/``,
 so two runs with the same seed compare equal on everything else (see ARCHITECTURE.md).
 
 Lines are flushed as they are written. A resumed run truncates the file back to the byte
@@ -23,7 +25,7 @@ from typing import Any
 
 from reasoning_core.runtime.trackers import Tracker
 
-SPLITS = ("train", "eval")
+SPLITS = ("train", "eval", "done")
 
 
 def _plain(value: Any) -> Any:

@@ -153,22 +153,27 @@ class RunContext:
         ``eval_accuracy``/``eval_format_reward``/``eval_examples``, ``wall_seconds``,
         ``stopped_on_budget`` (True when ``max_wall_seconds`` ended the run early, with
         ``iterations_done`` of ``iterations_planned`` in the trainer's unit), ``engine`` (the
-        rollout engine that ran: setting ``engine`` with ``auto`` resolved), then ``extra``."""
+        rollout engine that ran: setting ``engine`` with ``auto`` resolved), then ``extra``.
+
+        The same facts, less ``method``, go first into the last ``metrics.jsonl`` line (split
+        ``done``, ``step``; ``wall_seconds`` as its ``time/elapsed``): ``done.json`` marks the
+        run finished for the workflow and is not committed, ``metrics.jsonl`` is, and
+        ``rrl summary`` reads it alone."""
         if self.cfg.save_checkpoint:
             save_checkpoint(model, tokenizer, self.out / "checkpoint")
         last = self.last_eval or {}
-        done = {
-            "method": self.method,
-            "step": step,
+        facts = {
             "eval_accuracy": last.get("accuracy"),
             "eval_format_reward": last.get("format_reward"),
             "eval_examples": last.get("num_examples"),
-            "wall_seconds": self.elapsed(),
             "stopped_on_budget": self.budget_stop is not None,
             **(self.budget_stop or {}),
             "engine": self.engine,
+            **(extra or {}),
         }
-        done.update(extra or {})
+        record = self.log(facts, step=step, split="done")
+        done = {"method": self.method, "step": step, **facts}
+        done["wall_seconds"] = record["time/elapsed"]
         write_json_atomic(self.out / "done.json", done)
         self.metrics.close()
         if self.state_dir.exists():

@@ -12,10 +12,12 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 from project_root import ROOT
 from snakemake_runs import BIN, SECTIONS, known_settings, planned_jobs, resources, snakemake
 
@@ -45,12 +47,98 @@ def test_default_study_plan_shares_the_control_and_keeps_heavy_jobs_apart(tmp_pa
     assert result.returncode == 0, result.stderr + result.stdout
     jobs = planned_jobs(result.stdout)
     heavy = [j for j in jobs if j["rule"] in HEAVY_RULES]
-    # threads: 2 on every heavy rule, so `--cores 2` runs one heavy torch job at a time.
+    # threads_per_job (2) on every heavy rule, so `--cores 2` runs one heavy job at a time.
     assert heavy and all(j.get("threads", "1") == "2" for j in heavy), heavy
     outputs = [j["output"] for j in jobs if "output" in j]
     assert len(outputs) == len(set(outputs))
-    assert "results/grpo/default/done.json" in outputs
     assert "results/summary.tsv" in outputs
+    # Every training run once per seed (0, 1, 2), and one seeds.json per run across seeds;
+    # the base model and zero-shot once.
+    for seed in (0, 1, 2):
+        assert f"results/grpo/default/seed~{seed}/done.json" in outputs
+        assert f"results/leaderboard/seed~{seed}/done.json" in outputs
+    assert "results/grpo/default/done.json" not in outputs
+    assert {"results/base/done.json", "results/zero_shot/done.json"} <= set(outputs)
+    by_rule = {}
+    for job in jobs:
+        by_rule.setdefault(job["rule"], []).append(job)
+    assert len(by_rule["tiny_world"]) == len(by_rule["zero_shot"]) == 1
+    seeded = [j for j in jobs if j["rule"] in {"sft", "ei", "grpo", "leaderboard"}]
+    assert len(seeded) == 3 * len(by_rule["seeds"])
+    [summary] = by_rule["summary"]
+    inputs = summary["input"].split(", ")
+    assert (
+        "results/grpo/lr~3e-4/seeds.json" in inputs and "results/leaderboard/seeds.json" in inputs
+    )
+    assert "results/zero_shot/done.json" in inputs
+    assert all(j["output"].endswith("/seeds.json") for j in by_rule["seeds"])
+    # Plots read the run folders and wait for every seed.
+    [methods] = by_rule["plot_methods"]
+    assert "results/grpo/default/seed~2/done.json" in methods["input"].split(", ")
+
+    # threads_per_job: 1 runs two one-thread jobs at once on two cores.
+    one = snakemake("-n", "--cores", "2", "--config", "threads_per_job=1", cwd=tmp_path)
+    assert one.returncode == 0, one.stderr + one.stdout
+    heavy = [j for j in planned_jobs(one.stdout) if j["rule"] in HEAVY_RULES]
+    assert heavy and all(j.get("threads", "1") == "1" for j in heavy), heavy
+
+
+def test_leaderboard_seed_starts_from_the_same_sft_seed(tmp_path):
+    """Seed N of the leaderboard recipe starts from seed N of its SFT run; the seed reaches
+    every training command as --set seed=N, after the run's own settings."""
+    result = snakemake("-n", "-p", "--cores", "2", "--config", "seeds=[3, 7]", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr + result.stdout
+    jobs = planned_jobs(result.stdout)
+    boards = sorted(j["output"] for j in jobs if j["rule"] == "leaderboard")
+    assert boards == [f"results/leaderboard/seed~{n}/done.json" for n in (3, 7)]
+    for job in jobs:
+        if job["rule"] == "leaderboard":
+            seed = job["wildcards"].removeprefix("seed=")
+            assert f"results/sft/default/seed~{seed}/done.json" in job["input"].split(", ")
+    lines = [line.removeprefix("Shell command: ") for line in result.stdout.splitlines()]
+    lines = [line for line in lines if line.startswith("rrl grpo ")]
+    board = [line for line in lines if "--out results/leaderboard/seed~7" in line]
+    assert len(board) == 1
+    assert "--set model_path=results/sft/default/seed~7/checkpoint" in board[0]
+    assert board[0].endswith(
+        "--set seed=7 --out results/leaderboard/seed~7 > results/logs/leaderboard/seed~7.log 2>&1"
+    )
+    runs = [line for line in lines if "--out results/grpo/lr~3e-4/seed~3" in line]
+    assert len(runs) == 1 and "--set lr=3e-4 --set seed=3 --out" in runs[0]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["seeds=[]"], "seeds"),
+        (["seeds=[0, 0]"], "seeds"),
+        (["seeds=[-1]"], "seeds"),
+        (["threads_per_job=0"], "threads_per_job"),
+        (["settings={grpo: {seed: 3}}"], "setting 'settings.grpo.seed': training runs take"),
+        (
+            ["leaderboard={settings: {seed: 1}}"],
+            "setting 'leaderboard.settings.seed': training runs take",
+        ),
+        (["leaderboard={sft_run: 'seed~1'}"], "setting 'leaderboard.sft_run': 'seed~1' names a"),
+    ],
+)
+def test_bad_seed_settings_stop_the_plan(overrides, message, tmp_path):
+    result = snakemake("-n", "--config", *overrides, cwd=tmp_path)
+    assert result.returncode != 0
+    assert message in result.stderr + result.stdout, result.stderr + result.stdout
+
+
+def test_a_seed_column_in_a_sweep_table_is_refused(tmp_path):
+    sweeps = tmp_path / "sweeps"
+    sweeps.mkdir()
+    (sweeps / "grpo_lr.tsv").write_text("lr\tseed\n3e-5\t1\n")
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"methods: workflow/config/methods/tiny.yaml\nsweeps: {sweeps}\nfamilies: [grpo_lr]\n"
+    )
+    result = snakemake("-n", "--configfile", str(config), cwd=tmp_path)
+    assert result.returncode != 0
+    assert f"{sweeps / 'grpo_lr.tsv'}: column 'seed'" in result.stderr + result.stdout
 
 
 def test_rows_equal_to_the_defaults_reuse_the_default_run(tmp_path):
@@ -69,16 +157,15 @@ def test_rows_equal_to_the_defaults_reuse_the_default_run(tmp_path):
     result = snakemake("-n", "--configfile", str(config), cwd=tmp_path)
     assert result.returncode == 0, result.stderr + result.stdout
     grpo = sorted(j["output"] for j in planned_jobs(result.stdout) if j["rule"] == "grpo")
-    assert grpo == [
-        "results/grpo/default/done.json",
-        "results/grpo/loss_type~no_baseline/done.json",
-        "results/grpo/lr~3e-5/done.json",
+    assert grpo == [  # one seed (the schema's default seeds: [0])
+        "results/grpo/default/seed~0/done.json",
+        "results/grpo/loss_type~no_baseline/seed~0/done.json",
+        "results/grpo/lr~3e-5/seed~0/done.json",
     ]
     # The variant's settings reach the command line as --set overrides.
-    shell = snakemake(
-        "results/grpo/lr~3e-5/done.json", "-n", "-p", "--configfile", str(config), cwd=tmp_path
-    )
-    assert "--set lr=3e-5" in shell.stdout
+    target = "results/grpo/lr~3e-5/seed~0/done.json"
+    shell = snakemake(target, "-n", "-p", "--configfile", str(config), cwd=tmp_path)
+    assert "--set lr=3e-5 --set seed=0" in shell.stdout
     assert f"--set model_path={tmp_path}" in shell.stdout
 
 
@@ -154,17 +241,30 @@ def test_smoke_workflow_runs_end_to_end(tmp_path):
     print(f"smoke workflow: {seconds:.0f} s")
     results = tmp_path / "results" / "smoke"
 
-    # Every planned run finished and left the SPEC section 3 files.
+    # Every planned run finished and left the SPEC section 3 files; training runs in their
+    # seed folder (smoke: seed 0 only), the base model and zero-shot once.
     runs = [p.parent for p in results.rglob("done.json")]
     assert len(runs) >= 15
+    seeded = [run for run in runs if run.name == "seed~0"]
+    assert {run.name for run in runs} - {"seed~0"} == {"base", "zero_shot"}
     for run in runs:
         assert (run / "metrics.jsonl").is_file(), run
-        json.loads((run / "done.json").read_text())
+        done = json.loads((run / "done.json").read_text())
         if run.name != "base":
             assert (run / "config.yaml").is_file(), run
-        for line in (run / "metrics.jsonl").read_text().splitlines():
-            record = json.loads(line)
-            assert isinstance(record["step"], int) and record["split"] in {"train", "eval"}
+        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        for record in records:
+            assert isinstance(record["step"], int), record
+            assert record["split"] in {"train", "eval", "done"}, record
+        if run in seeded:  # a trainer's last line repeats done.json (committed, unlike it)
+            assert yaml.safe_load((run / "config.yaml").read_text())["seed"] == 0
+            last = records[-1]
+            assert last["split"] == "done" and last["step"] == done["step"]
+            assert last["time/elapsed"] == done["wall_seconds"]
+            facts = {k: v for k, v in last.items() if k not in ("step", "split", "time/elapsed")}
+            assert facts == {k: done[k] for k in facts}
+            assert set(done) - set(facts) == {"method", "step", "wall_seconds"}
+            assert (run.parent / "seeds.json").is_file(), run
 
     # Plots: well-formed PNGs readable by matplotlib, one set per family.
     plots = sorted((results / "plots").glob("*.png"))
@@ -174,20 +274,23 @@ def test_smoke_workflow_runs_end_to_end(tmp_path):
     for plot in plots:
         assert_png(plot)
 
-    # summary.tsv: one row per run, SPEC columns plus one column per varied setting.
+    # summary.tsv: a row per seed and a mean row per run across seeds, one per single run;
+    # SPEC columns plus one column per varied setting and the spread across seeds.
     with (results / "summary.tsv").open() as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
-    assert len(rows) == len(runs)
+    assert len(rows) == len(runs) + len(seeded)
+    assert sorted(r["seed"] for r in rows) == sorted(["", ""] + ["0", "mean"] * len(seeded))
     columns = set(rows[0])
     assert {"experiment", "run", "eval_accuracy", "eval_format_reward", "eval_examples"} <= columns
     assert {"wall_seconds", "lr", "loss_type", "max_examples", "template"} <= columns
+    assert {"n_seeds", "eval_accuracy_std", "eval_accuracy_ci95"} <= columns
     experiments = {r["experiment"] for r in rows}
     assert {"base", "zero_shot", "sft", "ei", "grpo", "leaderboard"} <= experiments
     for row in rows:
         if row["experiment"] != "base":
             assert 0.0 <= float(row["eval_accuracy"]) <= 1.0, row
     # Benchmarks of training rules; logs of every rule.
-    assert (results / "benchmarks" / "grpo" / "default.tsv").is_file()
+    assert (results / "benchmarks" / "grpo" / "default" / "seed~0.tsv").is_file()
     assert (results / "logs" / "summary.log").is_file()
 
     # The HTML report gathers every figure with its caption.
@@ -201,3 +304,30 @@ def test_smoke_workflow_runs_end_to_end(tmp_path):
     again = snakemake("-n", "--configfile", str(config), cwd=tmp_path)
     assert again.returncode == 0
     assert "Nothing to be done" in again.stdout + again.stderr
+
+    # A fresh clone has the committed files only (no done.json, checkpoints, generations):
+    # `rrl summary` there rebuilds the workflow's summary.tsv byte for byte.
+    clone = tmp_path / "clone"
+    uncommitted = shutil.ignore_patterns("done.json", "checkpoint", "state", "generations")
+    shutil.copytree(results, clone, ignore=uncommitted)
+    assert not list(clone.rglob("done.json"))
+    rrl = [sys.executable, "-m", "reasoning_core.runtime.cli"]
+    rebuilt = subprocess.run(
+        [*rrl, "summary", "--out", str(clone / "summary.tsv")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert (clone / "summary.tsv").read_bytes() == (results / "summary.tsv").read_bytes()
+
+    # A second seed of one run: only that seed trains; its seeds.json spans both.
+    target = "results/smoke/sft/default/seeds.json"
+    more = ("--configfile", str(config), "--config", "seeds=[0,1]")  # --config: last
+    two = snakemake(target, "--cores", "2", *more, cwd=tmp_path, timeout=600)
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert (results / "sft/default/seed~1/done.json").is_file()
+    assert not (results / "sft/max_examples~128/seed~1").exists()
+    spread = json.loads((results / "sft/default/seeds.json").read_text())
+    assert spread["seeds"] == [0, 1]
+    assert spread["eval_accuracy"]["std"] is not None and spread["eval_accuracy"]["ci95"] >= 0

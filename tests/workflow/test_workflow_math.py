@@ -47,11 +47,12 @@ def test_gpu_studies_build_the_sft_set_before_every_sft_job(config, task, tmp_pa
     assert len(sft) == 6 and all(data in j["input"].split(", ") for j in sft), sft
     commands = shell_commands(out, "sft")
     assert len(commands) == 6 and all(f"--set train_data={data}" in c for c in commands)
-    # The leaderboard starts from the filtered SFT run, as the configuration says.
+    # The leaderboard starts from the filtered SFT run, as the configuration says (one seed).
     [board] = [j for j in jobs if j["rule"] == "leaderboard"]
-    assert f"results/{config}/sft/filter_correct~true/done.json" in board["input"].split(", ")
-    [recipe] = [c for c in shell_commands(out, "grpo") if "/leaderboard " in c]
-    assert f"--set model_path=results/{config}/sft/filter_correct~true/checkpoint" in recipe
+    start = f"results/{config}/sft/filter_correct~true/seed~0"
+    assert f"{start}/done.json" in board["input"].split(", ")
+    [recipe] = [c for c in shell_commands(out, "grpo") if "/leaderboard/seed~0 " in c]
+    assert f"--set model_path={start}/checkpoint" in recipe
 
 
 def test_tiny_study_keeps_its_builtin_pool_and_default_start(tmp_path):
@@ -59,8 +60,11 @@ def test_tiny_study_keeps_its_builtin_pool_and_default_start(tmp_path):
     assert not [j for j in jobs if j["rule"] == "sft_data"]
     commands = shell_commands(out, "sft")
     assert commands and not [c for c in commands if "train_data" in c]
-    [board] = [j for j in jobs if j["rule"] == "leaderboard"]
-    assert "results/sft/default/done.json" in board["input"].split(", ")
+    boards = [j for j in jobs if j["rule"] == "leaderboard"]
+    assert len(boards) == 3  # seeds 0, 1, 2: each from the same seed of the default SFT run
+    for board in boards:
+        seed = board["wildcards"].removeprefix("seed=")
+        assert f"results/sft/default/seed~{seed}/done.json" in board["input"].split(", ")
 
 
 def test_sft_data_setting_replaces_the_rule(tmp_path):
@@ -159,30 +163,39 @@ def test_smoke_math_workflow_runs_the_math_path_end_to_end(tmp_path):
         "grpo/default",
         "leaderboard",
     }
-    for run in runs:
-        done = json.loads((results / run / "done.json").read_text())
+    # Training runs live in their seed folder (one seed here), zero-shot in its own.
+    folders = {
+        run: results / run if run == "zero_shot" else results / run / "seed~0" for run in runs
+    }
+    for run, folder in folders.items():
+        done = json.loads((folder / "done.json").read_text())
         assert done["eval_examples"] == 4, (run, done)
-        assert (results / run / "config.yaml").is_file()
+        assert (folder / "config.yaml").is_file()
     for run in runs - {"zero_shot"}:
-        assert (results / run / "checkpoint" / "model.safetensors").is_file(), run
+        assert (folders[run] / "checkpoint" / "model.safetensors").is_file(), run
+        assert json.loads((results / run / "seeds.json").read_text())["seeds"] == [0]
     # Every SFT run read the rule's file; the filtered one recorded kept out of total.
     for run in ("sft/default", "sft/filter_correct~true"):
-        config = yaml.safe_load((results / run / "config.yaml").read_text())
+        config = yaml.safe_load((folders[run] / "config.yaml").read_text())
         assert config["train_data"].endswith("sft_data/math_train.jsonl")
         assert config["task"] == "math" and config["eval_split"] == "math500"
-    done = json.loads((results / "sft/filter_correct~true/done.json").read_text())
+    done = json.loads((folders["sft/filter_correct~true"] / "done.json").read_text())
     assert done["pool_examples"] == 16 and 0 < done["filtered_examples"] <= 16
     # The leaderboard recipe started from the filtered SFT run's checkpoint, off-policy.
-    board = yaml.safe_load((results / "leaderboard" / "config.yaml").read_text())
-    assert board["model_path"].endswith("sft/filter_correct~true/checkpoint")
+    board = yaml.safe_load((folders["leaderboard"] / "config.yaml").read_text())
+    assert board["model_path"].endswith("sft/filter_correct~true/seed~0/checkpoint")
     assert board["loss_type"] == "grpo_clip" and board["epochs_per_rollout_batch"] == 2
 
     with (results / "summary.tsv").open() as f:
-        rows = {r["run"]: r for r in csv.DictReader(f, delimiter="\t")}
-    assert set(rows) == runs
-    row = rows["sft/filter_correct~true"]
-    assert (row["pool_examples"], row["kept_examples"]) == ("16", str(done["filtered_examples"]))
-    assert rows["sft/default"]["kept_examples"] == ""
+        rows = {(r["run"], r["seed"]): r for r in csv.DictReader(f, delimiter="\t")}
+    assert set(rows) == {("zero_shot", "")} | {
+        (run, seed) for run in runs - {"zero_shot"} for seed in ("0", "mean")
+    }
+    kept = str(done["filtered_examples"])
+    for seed in ("0", "mean"):  # the counts come from the committed metrics.jsonl
+        row = rows[("sft/filter_correct~true", seed)]
+        assert (row["pool_examples"], row["kept_examples"]) == ("16", kept)
+        assert rows[("sft/default", seed)]["kept_examples"] == ""
     assert {"sft_accuracy.png", "grpo_lr_accuracy.png", "methods.png"} <= {
         p.name for p in (results / "plots").glob("*.png")
     }

@@ -13,7 +13,7 @@ rule tiny_world:
         f"{R}/benchmarks/base.tsv"
     conda:
         "../envs/rrl.yaml"
-    threads: 2  # one torch thread; the second core keeps other heavy jobs off this one
+    threads: THREADS  # setting threads_per_job (one torch thread: num_threads)
     params:
         out=run_dir,
         settings=command_settings("tiny-world"),

@@ -6,6 +6,13 @@
 # "epochs_per_rollout_batch~2/loss_type~grpo_clip/train_batch_size~64"). The same settings
 # therefore always name the same folder, so a run shared by two families (the default GRPO run
 # is the control of every ablation) is planned and trained once.
+#
+# Every training run (sft, ei, grpo, the leaderboard recipe) is trained once per seed of the
+# `seeds` setting, into {run}/seed~{N} (`--set seed=N`; evaluation keeps its fixed eval_seed,
+# so the seeds are compared on the same eval draw), and {run}/seeds.json gathers them (rule
+# seeds). The base model and zero-shot are built once: {results_dir}/base, .../zero_shot.
+# Families, plots and the summary name run folders (without the seed); the input functions
+# below expand them into every seed's done.json.
 
 import math
 import posixpath
@@ -22,9 +29,14 @@ ROOT = Path(workflow.basedir)
 METHODS_FILE = str(ROOT / config["methods"])
 SWEEPS_DIR = ROOT / config["sweeps"]
 GPUS = config["gpus_per_run"]
+SEEDS = config["seeds"]
+THREADS = config["threads_per_job"]  # `threads:` of every training and evaluation rule
 BUILD_BASE = config["model_path"] is None
 COMMANDS = ("tiny-world", "eval", "sft", "ei", "grpo")
-VARIANT_REGEX = r"default|[A-Za-z0-9_]+~[^/]+(/[A-Za-z0-9_]+~[^/]+)*"
+# A variant's parts are key~value folders; none is a seed folder (seed~N), which follows it.
+VARIANT_PART = r"(?!seed~)[A-Za-z0-9_]+~[^/]+"
+VARIANT_REGEX = rf"default|{VARIANT_PART}(/{VARIANT_PART})*"
+SEED_REGEX = r"0|[1-9][0-9]*"
 
 # Rules call the `rrl` console script. When snakemake runs as .venv/bin/snakemake without the
 # virtual environment activated, `rrl` is not on PATH: fall back to the interpreter's folder.
@@ -46,6 +58,15 @@ def _method_settings():
         base = dict(section) if isinstance(section, dict) else {}
         base.update(config["settings"].get(command, {}))
         out[command] = base
+    seeded = [c for c in ("sft", "ei", "grpo") if "seed" in config["settings"].get(c, {})]
+    if "seed" in config["leaderboard"].get("settings", {}):
+        seeded.append("leaderboard")
+    if seeded:
+        where = f"settings.{seeded[0]}" if seeded[0] != "leaderboard" else "leaderboard.settings"
+        raise ValueError(
+            f"setting '{where}.seed': training runs take their seeds from the setting 'seeds' "
+            f"(now {SEEDS}), one run folder seed~N per seed"
+        )
     return out
 
 
@@ -110,6 +131,10 @@ def sweep(family):
     """The Paramspace table of `family` (<sweeps>/<family>.tsv), cells kept as written."""
     path = SWEEPS_DIR / f"{family}.tsv"
     frame = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False)
+    if "seed" in frame.columns:
+        raise ValueError(
+            f"{path}: column 'seed': every run is trained once per seed of the setting 'seeds'"
+        )
     return Paramspace(frame[sorted(frame.columns)])
 
 
@@ -209,6 +234,11 @@ METHOD_RUNS = _unique(
 # The SFT run the leaderboard recipe starts from (`leaderboard.init: sft`), named by its
 # folder under sft/ as the sweep tables name runs.
 LEADERBOARD_SFT_RUN = config["leaderboard"].get("sft_run", "default")
+if "seed" in parse_variant(LEADERBOARD_SFT_RUN):
+    raise ValueError(
+        f"setting 'leaderboard.sft_run': {LEADERBOARD_SFT_RUN!r} names a seed; the recipe's "
+        "seed N starts from that SFT run's seed N"
+    )
 if canonical_variant("sft", LEADERBOARD_SFT_RUN) != LEADERBOARD_SFT_RUN:
     raise ValueError(
         f"setting 'leaderboard.sft_run': {LEADERBOARD_SFT_RUN!r} is not a run folder name; "
@@ -224,6 +254,27 @@ ALL_RUNS = _unique(
     + [run for family in FAMILIES for run in FAMILY_RUNS[family]]
     + ([f"{R}/sft/{LEADERBOARD_SFT_RUN}"] if LEADERBOARD_STARTS_FROM_SFT else [])
 )
+
+# Run folders built once (no seed folders); every other run is trained once per seed.
+SINGLE_RUNS = {f"{R}/base", f"{R}/zero_shot"}
+
+
+def run_done(run):
+    """done.json of a run folder: its own (base model, zero-shot) or every seed's."""
+    if run in SINGLE_RUNS:
+        return [f"{run}/done.json"]
+    return [f"{run}/seed~{seed}/done.json" for seed in SEEDS]
+
+
+def runs_done(runs):
+    return [done for run in runs for done in run_done(run)]
+
+
+# What the summary waits for: each run across seeds' seeds.json, the single runs' done.json.
+SUMMARY_INPUTS = [
+    f"{run}/done.json" if run in SINGLE_RUNS else f"{run}/seeds.json" for run in ALL_RUNS
+]
+SEEDS_ARG = " ".join(str(seed) for seed in SEEDS)
 
 ALL_PLOTS = (
     [f"{R}/plots/{family}_accuracy.png" for family in FAMILIES]
@@ -287,8 +338,8 @@ def variant_args(wildcards):
 
 
 def family_done(wildcards):
-    """done.json of every run of a family (input of its plots)."""
-    return [f"{run}/done.json" for run in FAMILY_RUNS[wildcards.family]]
+    """done.json of every seed of every run of a family (input of its plots)."""
+    return runs_done(FAMILY_RUNS[wildcards.family])
 
 
 def family_dirs(wildcards):
@@ -307,11 +358,17 @@ def family_panels(wildcards):
     return " ".join(TRAINING_PANELS[FAMILY_INFO[wildcards.family][0]])
 
 
-def leaderboard_init():
-    """done.json of the run the leaderboard recipe starts from (none: the base model)."""
+def leaderboard_init(wildcards):
+    """done.json of the run the leaderboard recipe's seed starts from: the same seed of SFT
+    run `leaderboard.sft_run` (none: the base model)."""
     if config["leaderboard"].get("init", "sft") == "sft":
-        return [f"{R}/sft/{LEADERBOARD_SFT_RUN}/done.json"]
+        return [f"{R}/sft/{LEADERBOARD_SFT_RUN}/seed~{wildcards.seed}/done.json"]
     return []
+
+
+def seed_done(wildcards):
+    """done.json of every seed of run folder {R}/{run} (input of its seeds.json)."""
+    return run_done(f"{R}/{wildcards.run}")
 
 
 def sft_data_input():

@@ -6,16 +6,17 @@ rule ei:
         methods=METHODS_FILE,
         base=base_model_input(),
     output:
-        done=f"{R}/ei/{{variant}}/done.json",
+        done=f"{R}/ei/{{variant}}/seed~{{seed}}/done.json",
     log:
-        f"{R}/logs/ei/{{variant}}.log",
+        f"{R}/logs/ei/{{variant}}/seed~{{seed}}.log",
     benchmark:
-        f"{R}/benchmarks/ei/{{variant}}.tsv"
+        f"{R}/benchmarks/ei/{{variant}}/seed~{{seed}}.tsv"
     wildcard_constraints:
         variant=VARIANT_REGEX,
+        seed=SEED_REGEX,
     conda:
         "../envs/rrl.yaml"
-    threads: 2
+    threads: THREADS
     resources:
         gpu=GPUS,
     params:
@@ -25,4 +26,4 @@ rule ei:
         variant=variant_args,
     shell:
         "rrl ei --config {input.methods} --set model_path={params.model} {params.settings} "
-        "{params.variant} --out {params.out} > {log} 2>&1"
+        "{params.variant} --set seed={wildcards.seed} --out {params.out} > {log} 2>&1"

@@ -13,7 +13,7 @@ rule zero_shot:
         f"{R}/benchmarks/zero_shot.tsv"
     conda:
         "../envs/rrl.yaml"
-    threads: 2
+    threads: THREADS
     resources:
         gpu=GPUS,
     params:

@@ -8,16 +8,17 @@ rule grpo:
         methods=METHODS_FILE,
         base=base_model_input(),
     output:
-        done=f"{R}/grpo/{{variant}}/done.json",
+        done=f"{R}/grpo/{{variant}}/seed~{{seed}}/done.json",
     log:
-        f"{R}/logs/grpo/{{variant}}.log",
+        f"{R}/logs/grpo/{{variant}}/seed~{{seed}}.log",
     benchmark:
-        f"{R}/benchmarks/grpo/{{variant}}.tsv"
+        f"{R}/benchmarks/grpo/{{variant}}/seed~{{seed}}.tsv"
     wildcard_constraints:
         variant=VARIANT_REGEX,
+        seed=SEED_REGEX,
     conda:
         "../envs/rrl.yaml"
-    threads: 2
+    threads: THREADS
     resources:
         gpu=GPUS,
     params:
@@ -27,26 +28,29 @@ rule grpo:
         variant=variant_args,
     shell:
         "rrl grpo --config {input.methods} --set model_path={params.model} {params.settings} "
-        "{params.variant} --out {params.out} > {log} 2>&1"
+        "{params.variant} --set seed={wildcards.seed} --out {params.out} > {log} 2>&1"
 
 
-# The leaderboard recipe: GRPO with the settings of `leaderboard.settings`, started from the
-# checkpoint of the SFT run `leaderboard.sft_run` (`leaderboard.init: sft`; the default run
-# unless the configuration names another, e.g. the filtered one) or from the base model.
+# The leaderboard recipe: GRPO with the settings of `leaderboard.settings`, its seed N started
+# from the checkpoint of seed N of the SFT run `leaderboard.sft_run` (`leaderboard.init: sft`;
+# the default run unless the configuration names another, e.g. the filtered one) or from the
+# base model.
 rule leaderboard:
     input:
         methods=METHODS_FILE,
         base=base_model_input(),
-        init=leaderboard_init(),
+        init=leaderboard_init,
     output:
-        done=f"{R}/leaderboard/done.json",
+        done=f"{R}/leaderboard/seed~{{seed}}/done.json",
     log:
-        f"{R}/logs/leaderboard.log",
+        f"{R}/logs/leaderboard/seed~{{seed}}.log",
     benchmark:
-        f"{R}/benchmarks/leaderboard.tsv"
+        f"{R}/benchmarks/leaderboard/seed~{{seed}}.tsv"
+    wildcard_constraints:
+        seed=SEED_REGEX,
     conda:
         "../envs/rrl.yaml"
-    threads: 2
+    threads: THREADS
     resources:
         gpu=GPUS,
     params:
@@ -56,4 +60,4 @@ rule leaderboard:
         recipe=set_args(config["leaderboard"]["settings"]),
     shell:
         "rrl grpo --config {input.methods} --set model_path={params.model} {params.settings} "
-        "{params.recipe} --out {params.out} > {log} 2>&1"
+        "{params.recipe} --set seed={wildcards.seed} --out {params.out} > {log} 2>&1"

@@ -77,7 +77,7 @@ rule plot_training:
 
 rule plot_methods:
     input:
-        runs=[f"{run}/done.json" for run in METHOD_RUNS],
+        runs=runs_done(METHOD_RUNS),
     output:
         png=report(
             f"{R}/plots/methods.png",
@@ -97,7 +97,7 @@ rule plot_methods:
 
 rule summary:
     input:
-        runs=[f"{run}/done.json" for run in ALL_RUNS],
+        runs=SUMMARY_INPUTS,
     output:
         tsv=report(
             f"{R}/summary.tsv",
@@ -110,5 +110,6 @@ rule summary:
         "../envs/rrl.yaml"
     params:
         runs=ALL_RUNS,
+        seeds=SEEDS_ARG,
     shell:
-        "rrl summary --runs {params.runs} --out {output.tsv} " "> {log} 2>&1"
+        "rrl summary --runs {params.runs} --seeds {params.seeds} --out {output.tsv} > {log} 2>&1"

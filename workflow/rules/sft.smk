@@ -29,16 +29,17 @@ rule sft:
         base=base_model_input(),
         data=sft_data_input(),
     output:
-        done=f"{R}/sft/{{variant}}/done.json",
+        done=f"{R}/sft/{{variant}}/seed~{{seed}}/done.json",
     log:
-        f"{R}/logs/sft/{{variant}}.log",
+        f"{R}/logs/sft/{{variant}}/seed~{{seed}}.log",
     benchmark:
-        f"{R}/benchmarks/sft/{{variant}}.tsv"
+        f"{R}/benchmarks/sft/{{variant}}/seed~{{seed}}.tsv"
     wildcard_constraints:
         variant=VARIANT_REGEX,
+        seed=SEED_REGEX,
     conda:
         "../envs/rrl.yaml"
-    threads: 2
+    threads: THREADS
     resources:
         gpu=GPUS,
     params:
@@ -48,4 +49,4 @@ rule sft:
         variant=variant_args,
     shell:
         "rrl sft --config {input.methods} --set model_path={params.model} {params.settings} "
-        "{params.variant} --out {params.out} > {log} 2>&1"
+        "{params.variant} --set seed={wildcards.seed} --out {params.out} > {log} 2>&1"

@@ -9,13 +9,30 @@
 - ``--kind final``: grouped bars of the last logged value of each metric per run (e.g. the
   final evaluation accuracy of each method beside zero-shot).
 
-``rrl summary`` writes ``summary.tsv`` (``../shared/SPEC.md`` section 3): one row per run with
-``experiment`` (the first folder under the results folder), ``run`` (the run's folder under the
-results folder), one column per setting that some run's folder name varies (``key~value``
-parts, as the workflow's Paramspace tables write them; each cell holds that run's resolved
-value from its ``config.yaml``), then ``eval_accuracy``, ``eval_format_reward``,
-``eval_examples`` and ``wall_seconds`` (from ``done.json``, falling back to the last eval line
-of ``metrics.jsonl``). It reads only the run folders, so it can be rebuilt at any time.
+``rrl summary`` writes ``summary.tsv`` (``../shared/SPEC.md`` section 3) from the committed
+files of the run folders alone (``metrics.jsonl``, ``config.yaml``; never ``done.json``, which
+stays local), so a fresh clone rebuilds it byte for byte. Columns: ``experiment`` (the first
+folder under the results folder), ``run`` (the run's folder under the results folder, without
+its seed folder), ``seed`` (when some run has ``seed~<N>`` folders), one column per setting that
+some run's folder name varies (``key~value`` parts, as the workflow's Paramspace tables write
+them; each cell holds that run's resolved value from its ``config.yaml``), then
+``eval_accuracy``, ``eval_format_reward``, ``eval_examples`` (the last ``eval`` line),
+``wall_seconds`` (the ``time/elapsed`` of the trainer's final ``done`` line, else of the last
+line), SFT's example counts when some run has them (``pool_examples``, ``kept_examples``,
+``train_examples``, from the ``done`` line) and, with seeds, ``n_seeds`` and
+``eval_accuracy_std``, ``eval_accuracy_ci95``, ``eval_format_reward_std``,
+``eval_format_reward_ci95``.
+
+Rows: a single run (the base model, zero-shot) gives one row with an empty ``seed``; a run
+across seeds gives one row per seed (``seed`` = N), then one row with ``seed`` = ``mean``
+holding the mean over the seeds of every numeric column, ``n_seeds``, and the sample standard
+deviation and the 95% Student-t half-width of the final accuracy and format reward
+(:mod:`reasoning_core.runtime.report.seeds`; empty for one seed). Rows are ordered by
+experiment (base, zero_shot, sft, ei, grpo, leaderboard, then others), the default run first,
+then by folder name, whatever the order of ``--runs``.
+
+``rrl seeds --run RUN --out RUN/seeds.json`` writes the same statistics of one run across
+seeds as JSON (the workflow's target for one run across seeds).
 """
 
 from __future__ import annotations
@@ -24,6 +41,7 @@ import sys
 
 from reasoning_core.runtime.report.figures import last_value, main_plot, plot_curves, plot_final
 from reasoning_core.runtime.report.runs import (
+    final_values,
     find_runs,
     format_value,
     moving_average,
@@ -31,13 +49,24 @@ from reasoning_core.runtime.report.runs import (
     read_metrics,
     read_yaml,
     run_labels,
+    seed_runs,
     series,
     short_names,
 )
+from reasoning_core.runtime.report.seeds import (
+    main_seeds,
+    mean_std_ci95,
+    seed_summary,
+    t_quantile,
+    write_seed_summary,
+)
 from reasoning_core.runtime.report.table import (
+    MEAN_ROW,
+    SPREAD_COLUMNS,
     SUMMARY_COUNTS,
     SUMMARY_METRICS,
     main_summary,
+    run_order,
     summary_rows,
     varied_settings,
     write_summary,
@@ -45,23 +74,29 @@ from reasoning_core.runtime.report.table import (
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m reasoning_core.runtime.report plot|summary ...``"""
+    """``python -m reasoning_core.runtime.report plot|summary|seeds ...``"""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in {"plot", "summary"}:
-        return (main_plot if argv[0] == "plot" else main_summary)(argv[1:])
-    print("usage: rrl plot ... | rrl summary ...", file=sys.stderr)
+    commands = {"plot": main_plot, "summary": main_summary, "seeds": main_seeds}
+    if argv and argv[0] in commands:
+        return commands[argv[0]](argv[1:])
+    print("usage: rrl plot ... | rrl summary ... | rrl seeds ...", file=sys.stderr)
     return 2
 
 
 __all__ = [
+    "MEAN_ROW",
+    "SPREAD_COLUMNS",
     "SUMMARY_COUNTS",
     "SUMMARY_METRICS",
     "find_runs",
+    "final_values",
     "format_value",
     "last_value",
     "main",
     "main_plot",
+    "main_seeds",
     "main_summary",
+    "mean_std_ci95",
     "moving_average",
     "plot_curves",
     "plot_final",
@@ -69,9 +104,14 @@ __all__ = [
     "read_metrics",
     "read_yaml",
     "run_labels",
+    "run_order",
+    "seed_runs",
+    "seed_summary",
     "series",
     "short_names",
     "summary_rows",
+    "t_quantile",
     "varied_settings",
+    "write_seed_summary",
     "write_summary",
 ]

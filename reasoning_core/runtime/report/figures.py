@@ -14,6 +14,7 @@ from reasoning_core.runtime.report.runs import (
     moving_average,
     read_metrics,
     run_labels,
+    seed_runs,
     series,
     short_names,
     warn,
@@ -176,7 +177,8 @@ def main_plot(argv: list[str] | None = None) -> int:
     parser.add_argument("--title", default="")
     parser.add_argument("--out", required=True, help="PNG file")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    missing = [r for r in args.runs if not (Path(r) / "metrics.jsonl").is_file()]
+    has_metrics = [(Path(r) / "metrics.jsonl").is_file() or seed_runs(r) for r in args.runs]
+    missing = [r for r, found in zip(args.runs, has_metrics, strict=True) if not found]
     if missing:
         print(f"rrl plot: no metrics.jsonl in {missing}", file=sys.stderr)
         return 2

@@ -1,11 +1,13 @@
-"""Reading run folders for figures and tables: metrics, config.yaml and done.json, the series
-of one metric, and the labels that tell runs apart."""
+"""Reading run folders for figures and tables: metrics and config.yaml (the committed files;
+``done.json`` is not committed and not read), the seed folders of a run across seeds, the
+series of one metric, and the labels that tell runs apart."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,9 +23,19 @@ def read_metrics(run: str | Path, *, warn: bool = True) -> list[dict[str, Any]]:
     """The records of ``run/metrics.jsonl`` ([] when it is absent). A killed run's partial last
     line is left out silently; any other damaged line is skipped, with a warning on stderr
     naming the file and line unless ``warn`` is off (see
-    :func:`reasoning_core.runtime.metrics.read_metrics`)."""
+    :func:`reasoning_core.runtime.metrics.read_metrics`). A run across seeds (``seed~<N>``
+    folders, no metrics of its own) gives its first seed's records, with a warning: the
+    figures draw such runs from every seed folder (:func:`seed_runs`)."""
     path = Path(run) / "metrics.jsonl"
     if not path.is_file():
+        seeds = seed_runs(run)
+        if seeds:  # a run across seeds given where one folder's records are read
+            print(
+                f"warning: {run} is a run across seeds; reading its first seed's folder "
+                f"{seeds[0][1]} only",
+                file=sys.stderr,
+            )
+            return read_metrics(seeds[0][1], warn=warn)
         return []
     return run_metrics.read_metrics(path, damaged="warn" if warn else "skip")
 
@@ -104,11 +116,18 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
+def run_config_path(run: str | Path) -> Path:
+    """``run/config.yaml``; for a run across seeds, its first seed's (the seeds' configurations
+    differ only in ``seed``)."""
+    seeds = seed_runs(run)
+    return seeds[0][1] / "config.yaml" if seeds else Path(run) / "config.yaml"
+
+
 def run_labels(runs: Sequence[str | Path], keys: Sequence[str]) -> list[str]:
     """Label each run by ``key=value`` for those of ``keys`` whose resolved values (from the
-    runs' ``config.yaml``) differ between the runs; a run folder named ``default`` (the
+    runs' ``config.yaml``, :func:`run_config_path`) differ between the runs; a run folder named ``default`` (the
     method's default settings) says so. Runs that still share a label get their folder name."""
-    configs = [read_yaml(Path(r) / "config.yaml") for r in runs]
+    configs = [read_yaml(run_config_path(r)) for r in runs]
     values = {k: [format_value(c[k]) if k in c else "-" for c in configs] for k in keys}
     varied = [k for k in keys if len(runs) == 1 or len(set(values[k])) > 1]
     labels = []
@@ -132,6 +151,66 @@ def short_names(runs: Sequence[str | Path]) -> list[str]:
     return [p.relative_to(common).as_posix() or p.name for p in paths]
 
 
+SEED_FOLDER = re.compile(r"seed~(0|[1-9][0-9]*)")
+
+
+def seed_runs(run: str | Path, seeds: Sequence[int] | None = None) -> list[tuple[int, Path]]:
+    """``(seed, folder)`` of every ``run/seed~<N>`` folder, by seed ([] for a folder that is a
+    single run, such as the base model, zero-shot or a run of the layout before seeds).
+
+    ``seeds``: only these (the study's ``seeds`` setting, so that folders of seeds a study no
+    longer runs are left out); ValueError naming the folder when one of them is missing."""
+    run = Path(run)
+    found = sorted(
+        (int(match.group(1)), child)
+        for child in (run.iterdir() if run.is_dir() else ())
+        if child.is_dir() and (match := SEED_FOLDER.fullmatch(child.name))
+    )
+    if seeds is None:
+        return found
+    folders = dict(found)
+    missing = [seed for seed in seeds if seed not in folders]
+    if missing and folders:
+        raise ValueError(f"{run}: no folder for seed {missing[0]} (seed~{missing[0]})")
+    return [(seed, folders[seed]) for seed in sorted(seeds) if seed in folders]
+
+
+def final_values(folder: str | Path) -> dict[str, Any]:
+    """What one trained or evaluated folder ended with, from its ``metrics.jsonl`` alone:
+    ``eval_accuracy``, ``eval_format_reward``, ``eval_examples`` (its last ``eval`` line),
+    ``wall_seconds`` (the ``time/elapsed`` of the ``done`` line a finished trainer writes last,
+    else of the last line), and the other facts of the ``done`` line (``stopped_on_budget``;
+    SFT's ``pool_examples``, ``filtered_examples``, ``train_examples``). Absent values: None."""
+    records = read_metrics(folder)
+    done = next((r for r in reversed(records) if r.get("split") == "done"), {})
+    evals = [r for r in records if r.get("split") == "eval"]
+    last_eval = evals[-1] if evals else {}
+    out = {
+        k: v for k, v in done.items() if k not in ("step", "split") and not k.startswith("time/")
+    }
+    out["eval_accuracy"] = last_eval.get("accuracy")
+    out["eval_format_reward"] = last_eval.get("format_reward")
+    out["eval_examples"] = last_eval.get("num_examples")
+    out["wall_seconds"] = (done or (records[-1] if records else {})).get("time/elapsed")
+    return out
+
+
+# Folders that never hold a run's metrics.jsonl: not searched by find_runs.
+NOT_RUNS = {"checkpoint", "state", "generations", "plots", "logs", "benchmarks", "sft_data"}
+
+
 def find_runs(results: str | Path) -> list[Path]:
-    """Run folders under ``results``: folders holding a ``done.json`` (sorted)."""
-    return sorted(p.parent for p in Path(results).rglob("done.json"))
+    """Run folders under ``results``, found from the committed files: folders holding a
+    ``metrics.jsonl``, except that a ``seed~<N>`` folder stands for its parent (the run across
+    seeds, listed once). A subfolder holding its own ``summary.tsv`` is another study's
+    results folder (``results/smoke``) and is not searched. Sorted by path."""
+    results = Path(results)
+    found: set[Path] = set()
+    for folder, subfolders, files in os.walk(results):
+        here = Path(folder)
+        subfolders[:] = sorted(
+            d for d in subfolders if d not in NOT_RUNS and not (here / d / "summary.tsv").is_file()
+        )
+        if "metrics.jsonl" in files:
+            found.add(here.parent if SEED_FOLDER.fullmatch(here.name) else here)
+    return sorted(found)

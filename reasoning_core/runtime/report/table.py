@@ -1,4 +1,5 @@
-"""``rrl summary``: ``summary.tsv``, one row per run folder (see the package docstring)."""
+"""``rrl summary``: ``summary.tsv``, rows per seed and per run across seeds (see the package
+docstring), from the committed files of the run folders alone."""
 
 from __future__ import annotations
 
@@ -9,16 +10,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from reasoning_core.runtime.report.runs import find_runs, read_json, read_metrics, read_yaml
+from reasoning_core.runtime.report.runs import final_values, find_runs, read_yaml, seed_runs
+from reasoning_core.runtime.report.seeds import SEED_METRICS, mean_std_ci95
 
 SUMMARY_METRICS = ("eval_accuracy", "eval_format_reward", "eval_examples", "wall_seconds")
-# Optional columns: summary.tsv name -> done.json key; a column appears when any run has it
-# (SFT runs do): examples read, kept by filter_correct (empty when unfiltered), trained on.
+# Optional columns: summary.tsv name -> key of the run's `done` metrics line; a column appears
+# when any run has it (SFT runs do): examples read, kept by filter_correct (empty when
+# unfiltered), trained on.
 SUMMARY_COUNTS = {
     "pool_examples": "pool_examples",
     "kept_examples": "filtered_examples",
     "train_examples": "train_examples",
 }
+# Columns of the runs across seeds (present when any run has seed~<N> folders): the spread of
+# the final values on the row whose `seed` is MEAN_ROW, and how many seeds it spans.
+SPREAD_COLUMNS = tuple(f"{m}_{stat}" for m in SEED_METRICS for stat in ("std", "ci95"))
+MEAN_ROW = "mean"
+# Rows come in this order of experiments (then any other, by name); within one, the default
+# run first, then by folder name; a run's seeds in order, then its mean row.
+EXPERIMENT_ORDER = ("base", "zero_shot", "sft", "ei", "grpo", "leaderboard")
 
 
 def varied_settings(relative: str) -> dict[str, str]:
@@ -31,50 +41,84 @@ def varied_settings(relative: str) -> dict[str, str]:
     return out
 
 
-def summary_rows(runs: Sequence[str | Path], results: str | Path) -> list[dict[str, Any]]:
-    """One dict per run with the columns of ``summary.tsv`` (see the module docstring)."""
+def run_order(relative: str) -> tuple:
+    """Sort key of a run (its folder under the results folder) in ``summary.tsv``."""
+    experiment, _, rest = relative.partition("/")
+    rank = EXPERIMENT_ORDER.index(experiment) if experiment in EXPERIMENT_ORDER else 99
+    return (rank, experiment, rest != "default", rest)
+
+
+def _row_values(folder: Path) -> dict[str, Any]:
+    final = final_values(folder)
+    values = {name: final.get(name) for name in SUMMARY_METRICS}
+    values.update({name: final.get(key) for name, key in SUMMARY_COUNTS.items()})
+    return values
+
+
+def _mean_row(seed_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The row of a run across seeds: the mean of every numeric column over the seeds that
+    have it, the std and 95% half-width of the final accuracy and format reward."""
+    row: dict[str, Any] = {"seed": MEAN_ROW, "n_seeds": len(seed_rows)}
+    for name in (*SUMMARY_METRICS, *SUMMARY_COUNTS):
+        stats = mean_std_ci95([r[name] for r in seed_rows if r[name] is not None])
+        row[name] = stats["mean"]
+        if name in SEED_METRICS:
+            row[f"{name}_std"], row[f"{name}_ci95"] = stats["std"], stats["ci95"]
+    return row
+
+
+def summary_rows(
+    runs: Sequence[str | Path], results: str | Path, seeds: Sequence[int] | None = None
+) -> list[dict[str, Any]]:
+    """The rows of ``summary.tsv`` for ``runs`` (folders under ``results``), in the order of
+    :func:`run_order`: a single run (no ``seed~<N>`` folders) gives one row; a run across
+    seeds one row per seed (only ``seeds`` when given), then its mean row (see the package
+    docstring)."""
     results = Path(results).resolve()
-    rows, keys = [], []
+    entries = []
     for run in runs:
         run = Path(run).resolve()
         try:
             relative = run.relative_to(results).as_posix()
         except ValueError as exc:
             raise ValueError(f"run {run} is not under the results folder {results}") from exc
+        entries.append((relative, run))
+    entries.sort(key=lambda entry: run_order(entry[0]))
+    rows, keys, seeded = [], [], False
+    for relative, run in entries:
         varied = varied_settings(relative)
         keys += [k for k in varied if k not in keys]
-        done = read_json(run / "done.json")
-        config = read_yaml(run / "config.yaml")
-        records = read_metrics(run)
-        evals = [r for r in records if r.get("split") == "eval"]
-        last_eval = evals[-1] if evals else {}
-        row: dict[str, Any] = {
-            "experiment": relative.split("/")[0],
-            "run": relative,
-            "_varied": varied,
-            "_config": config,
-        }
-        fallback = {
-            "eval_accuracy": last_eval.get("accuracy"),
-            "eval_format_reward": last_eval.get("format_reward"),
-            "eval_examples": last_eval.get("num_examples"),
-            "wall_seconds": (records[-1].get("time/elapsed") if records else None),
-        }
-        for name in SUMMARY_METRICS:
-            value = done.get(name)
-            row[name] = value if value is not None else fallback[name]
-        for name, key in SUMMARY_COUNTS.items():
-            row[name] = done.get(key)
-        rows.append(row)
-    for row in rows:
+        base = {"experiment": relative.split("/")[0], "run": relative}
+        folders = seed_runs(run, seeds)
+        if not folders:
+            if not (run / "metrics.jsonl").is_file():
+                raise ValueError(f"{run}: neither a metrics.jsonl nor seed~<N> folders")
+            config = read_yaml(run / "config.yaml")
+            rows.append({**base, "_varied": varied, "_config": config, **_row_values(run)})
+            continue
+        seeded = True
+        seed_rows = []
+        for seed, folder in folders:
+            config = read_yaml(folder / "config.yaml")
+            values = _row_values(folder)
+            rows.append({**base, "seed": seed, "_varied": varied, "_config": config, **values})
+            seed_rows.append(values)
+        config = read_yaml(folders[0][1] / "config.yaml")
+        rows.append({**base, "_varied": varied, "_config": config, **_mean_row(seed_rows)})
+    for row in rows:  # each varied setting: the resolved value, else the folder name's
         varied, config = row.pop("_varied"), row.pop("_config")
-        for key in keys:
-            if key in config:
-                row[key] = config[key]
-            else:
-                row[key] = varied.get(key)
+        row.update({key: config[key] if key in config else varied.get(key) for key in keys})
     counts = [name for name in SUMMARY_COUNTS if any(row[name] is not None for row in rows)]
-    columns = ["experiment", "run", *keys, *SUMMARY_METRICS, *counts]
+    spread = ["n_seeds", *SPREAD_COLUMNS] if seeded else []
+    columns = [
+        "experiment",
+        "run",
+        *(["seed"] if seeded else []),
+        *keys,
+        *SUMMARY_METRICS,
+        *counts,
+        *spread,
+    ]
     return [{c: row.get(c) for c in columns} for row in rows]
 
 
@@ -107,17 +151,23 @@ def main_summary(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="rrl summary", description="Aggregate run folders into summary.tsv."
     )
-    parser.add_argument("--runs", nargs="*", help="run folders (default: every done.json)")
+    parser.add_argument(
+        "--runs",
+        nargs="*",
+        help="run folders (default: every folder under --results holding a metrics.jsonl, "
+        "a seed~N folder standing for its run)",
+    )
     parser.add_argument("--results", help="results folder (default: the folder of --out)")
     parser.add_argument("--out", required=True, help="TSV file, e.g. results/summary.tsv")
+    parser.add_argument("--seeds", nargs="+", type=int, help="only these seeds (default: all)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     results = Path(args.results) if args.results else Path(args.out).parent
     runs = [Path(r) for r in args.runs] if args.runs else find_runs(results)
     try:
-        rows = summary_rows(runs, results)
+        rows = summary_rows(runs, results, args.seeds)
     except ValueError as exc:
         print(f"rrl summary: {exc}", file=sys.stderr)
         return 2
     write_summary(rows, args.out)
-    print(f"rrl summary: wrote {args.out} ({len(rows)} runs)")
+    print(f"rrl summary: wrote {args.out} ({len(rows)} rows, {len(runs)} runs)")
     return 0

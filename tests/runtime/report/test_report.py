@@ -41,6 +41,10 @@ def make_run(folder: Path, *, lr: float, accuracies: list[float], done: bool = T
                 "time/elapsed": t + 1,
             }
         )
+    if done:  # a finished trainer's last line repeats done.json (wall time as time/elapsed)
+        lines.append(
+            {"step": 9, "split": "done", "stopped_on_budget": False, "time/elapsed": t + 1}
+        )
     # a run killed mid-write leaves a partial last line; readers must skip it
     text = "\n".join(json.dumps(x) for x in lines) + "\n" + '{"step": 9, "spl'
     (folder / "metrics.jsonl").write_text(text)
@@ -183,7 +187,6 @@ def test_summary_has_one_row_per_run_and_one_column_per_varied_setting(tmp_path)
         accuracies=[0.1, 0.3],
     )
     make_run(results / "zero_shot", lr=0.0, accuracies=[0.12])
-    make_run(results / "grpo" / "unfinished", lr=1e-4, accuracies=[0.1], done=False)
     out = results / "summary.tsv"
     assert rrl(["summary", "--out", str(out)]) == 0
     rows = read_tsv(out)
@@ -223,8 +226,17 @@ def test_summary_has_one_row_per_run_and_one_column_per_varied_setting(tmp_path)
     assert out.read_text() == first
 
 
+def add_to_done_line(run: Path, values: dict) -> None:
+    """Add ``values`` to the ``done`` line of a run made by :func:`make_run`."""
+    lines = (run / "metrics.jsonl").read_text().split("\n")
+    i = next(i for i, line in enumerate(lines) if '"split": "done"' in line)
+    lines[i] = json.dumps({**json.loads(lines[i]), **values})
+    (run / "metrics.jsonl").write_text("\n".join(lines))
+
+
 def test_summary_records_how_many_sft_examples_the_filter_kept(tmp_path):
-    """SFT runs' example counts from done.json become columns; other runs leave them empty."""
+    """SFT runs' example counts from their `done` metrics line become columns; other runs
+    leave them empty. done.json is not read (it is not committed)."""
     results = tmp_path / "results"
     plain = make_run(results / "sft" / "default", lr=1e-4, accuracies=[0.2])
     kept = make_run(results / "sft" / "filter_correct~true", lr=1e-4, accuracies=[0.3])
@@ -233,8 +245,8 @@ def test_summary_records_how_many_sft_examples_the_filter_kept(tmp_path):
         (plain, {"pool_examples": 20, "train_examples": 20}),
         (kept, {"pool_examples": 20, "filtered_examples": 17, "train_examples": 17}),
     ):
-        done = json.loads((run / "done.json").read_text())
-        (run / "done.json").write_text(json.dumps({**done, **counts}))
+        add_to_done_line(run, counts)
+        (run / "done.json").write_text(json.dumps({"pool_examples": 999}))  # never read
     out = results / "summary.tsv"
     assert rrl(["summary", "--out", str(out)]) == 0
     header = out.read_text().splitlines()[0].split("\t")
@@ -247,13 +259,15 @@ def test_summary_records_how_many_sft_examples_the_filter_kept(tmp_path):
     assert by_run["grpo/default"]["pool_examples"] == ""
 
 
-def test_summary_falls_back_to_metrics_and_orders_given_runs(tmp_path):
+def test_summary_reads_metrics_alone_and_orders_runs_by_experiment(tmp_path):
+    """Final values come from metrics.jsonl (the last eval line; the wall time of the `done`
+    line, else of the last line), never from done.json; rows follow the experiments' order
+    (base, zero_shot, sft, ...), whatever the order of --runs."""
     results = tmp_path / "r"
     a = make_run(results / "sft" / "max_examples~128", lr=1e-4, accuracies=[0.1, 0.35])
-    b = make_run(results / "base", lr=1e-3, accuracies=[0.05])
-    (a / "done.json").write_text("{}")  # nothing in done.json: read the last eval line
-    # what done.json holds wins over metrics.jsonl
-    (b / "done.json").write_text(json.dumps({"eval_accuracy": 0.9, "wall_seconds": 100.0}))
+    b = make_run(results / "base", lr=1e-3, accuracies=[0.05], done=False)
+    add_to_done_line(a, {"time/elapsed": 100.0})
+    (a / "done.json").write_text(json.dumps({"eval_accuracy": 0.9, "wall_seconds": 1.0}))
     out = tmp_path / "summary.tsv"
     assert (
         rrl(["summary", "--results", str(results), "--runs", str(b), str(a), "--out", str(out)])
@@ -262,10 +276,12 @@ def test_summary_falls_back_to_metrics_and_orders_given_runs(tmp_path):
     rows = read_tsv(out)
     assert [r["run"] for r in rows] == ["base", "sft/max_examples~128"]
     assert rows[1]["eval_accuracy"] == "0.35" and rows[1]["eval_examples"] == "64"
-    assert rows[1]["wall_seconds"] == "6"  # time/elapsed of the last line (a train line)
-    assert (rows[0]["eval_accuracy"], rows[0]["wall_seconds"]) == ("0.9", "100")
-    assert rows[0]["eval_examples"] == "64"  # absent from done.json: from metrics.jsonl
+    assert rows[1]["wall_seconds"] == "100"  # time/elapsed of the done line
+    assert (rows[0]["eval_accuracy"], rows[0]["wall_seconds"]) == ("0.05", "3.5")
     assert rows[1]["max_examples"] == "128" and rows[0]["max_examples"] == ""
+    given = ["--runs", str(a), str(b)]
+    assert rrl(["summary", "--results", str(results), *given, "--out", str(out)]) == 0
+    assert read_tsv(out) == rows
     outside = make_run(tmp_path / "elsewhere", lr=1e-4, accuracies=[0.1])
     assert (
         rrl(["summary", "--results", str(results), "--runs", str(outside), "--out", str(out)]) == 2
@@ -295,9 +311,8 @@ def test_damaged_run_files_give_a_message_not_a_traceback(tmp_path, capsys):
     assert f"rrl plot: {b / 'config.yaml'}:1:5: not valid YAML" in err
     assert "Traceback" not in err
 
-    (a / "done.json").write_text('{"eval_accuracy": 0.')
-    assert rrl(["summary", "--runs", str(a), "--results", str(tmp_path), "--out", str(png)]) == 2
-    assert f"rrl summary: {a / 'done.json'}: not valid JSON" in capsys.readouterr().err
+    assert rrl(["summary", "--runs", str(b), "--results", str(tmp_path), "--out", str(png)]) == 2
+    assert f"rrl summary: {b / 'config.yaml'}:1:5: not valid YAML" in capsys.readouterr().err
 
 
 def test_empty_metrics_file_is_named_and_other_runs_still_drawn(tmp_path, capsys):
