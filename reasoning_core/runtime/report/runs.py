@@ -68,14 +68,14 @@ def series(
         if record.get("split") != split:
             continue
         xv, yv = record.get(x), record.get(key)
-        if not _is_number(xv) or not _is_number(yv):
+        if not is_number(xv) or not is_number(yv):
             continue
         xs.append(float(xv))
         ys.append(float(yv))
     return xs, ys
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
     return (
         isinstance(value, (int, float))
         and not isinstance(value, bool)
@@ -106,9 +106,9 @@ def format_value(value: Any) -> str:
 
 def run_labels(runs: Sequence[str | Path], keys: Sequence[str]) -> list[str]:
     """Label each run by ``key=value`` for those of ``keys`` whose resolved values (from the
-    runs' ``config.yaml``) differ between the runs; a run folder named ``default`` (the
+    runs' ``config.yaml``, :func:`config_file`) differ between the runs; a run folder named ``default`` (the
     method's default settings) says so. Runs that still share a label get their folder name."""
-    configs = [read_yaml(Path(r) / "config.yaml") for r in runs]
+    configs = [read_yaml(config_file(r)) for r in runs]
     values = {k: [format_value(c[k]) if k in c else "-" for c in configs] for k in keys}
     varied = [k for k in keys if len(runs) == 1 or len(set(values[k])) > 1]
     labels = []
@@ -135,3 +135,38 @@ def short_names(runs: Sequence[str | Path]) -> list[str]:
 def find_runs(results: str | Path) -> list[Path]:
     """Run folders under ``results``: folders holding a ``done.json`` (sorted)."""
     return sorted(p.parent for p in Path(results).rglob("done.json"))
+
+
+SEED_PREFIX = "seed~"
+
+
+def seed_folders(run: str | Path) -> list[Path]:
+    """The folders holding a run's ``metrics.jsonl``: ``[run]`` when ``run/metrics.jsonl``
+    exists (one seed), else its ``seed~N`` subfolders that hold one, by N (numerically);
+    [] when there are none."""
+    run = Path(run)
+    if (run / "metrics.jsonl").is_file():
+        return [run]
+    seeds = [
+        p for p in run.glob(f"{SEED_PREFIX}*") if p.is_dir() and (p / "metrics.jsonl").is_file()
+    ]
+
+    def order(path: Path) -> tuple[float, str]:
+        n = path.name[len(SEED_PREFIX) :]
+        return (int(n) if n.lstrip("-").isdigit() else math.inf, path.name)
+
+    return sorted(seeds, key=order)
+
+
+def read_seeds(run: str | Path, *, warn: bool = True) -> list[list[dict[str, Any]]]:
+    """The metrics records of each of a run's seeds (:func:`seed_folders`, :func:`read_metrics`)."""
+    return [read_metrics(folder, warn=warn) for folder in seed_folders(run)]
+
+
+def config_file(run: str | Path) -> Path:
+    """A run's ``config.yaml``: its own, else its first seed's (the settings the seeds share)."""
+    run = Path(run)
+    folders = seed_folders(run)
+    if (run / "config.yaml").is_file() or not folders:
+        return run / "config.yaml"
+    return folders[0] / "config.yaml"
