@@ -133,7 +133,7 @@ rule plot_leaderboard_accuracy_time:
     conda:
         "../envs/rrl.yaml"
     params:
-        runs=f"{R}/leaderboard",
+        runs=lambda wildcards, input: Path(input.runs[0]).parent,
     shell:
         "rrl plot --runs {params.runs} --labels leaderboard --metric eval/accuracy "
         "--x time/elapsed --time-unit min "
