@@ -270,7 +270,14 @@ def test_smoke_workflow_runs_end_to_end(tmp_path):
     plots = sorted((results / "plots").glob("*.png"))
     names = {p.name for p in plots}
     assert {"grpo_lr_accuracy.png", "grpo_offpolicy_accuracy_time.png", "methods.png"} <= names
-    assert len(plots) == 2 * 9 + 1 + 1
+    assert {
+        "grpo_offpolicy_accuracy_grpo_step.png",
+        "grpo_clip_accuracy_grpo_step.png",
+        "leaderboard_accuracy_time.png",
+    } <= names
+    # accuracy and training per family; off-policy against time; off-policy and clip against
+    # GRPO steps; methods; the leaderboard against time
+    assert len(plots) == 2 * 9 + 1 + 2 + 1 + 1
     for plot in plots:
         assert_png(plot)
 

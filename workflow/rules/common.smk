@@ -200,6 +200,9 @@ FAMILY_INFO = {
 FAMILIES = [name for name in FAMILY_INFO if name in config["families"]]
 # Families whose accuracy is also drawn against wall-clock time.
 TIME_FAMILIES = [name for name in ("grpo_offpolicy",) if name in FAMILIES]
+# Families whose runs take different numbers of optimizer steps per rollout batch: their
+# accuracy is also drawn against GRPO steps (rollout batches), as the handout compares them.
+GRPO_STEP_FAMILIES = [name for name in ("grpo_offpolicy", "grpo_clip") if name in FAMILIES]
 FAMILY_REGEX = "|".join(FAMILIES) or "none"
 
 
@@ -276,28 +279,51 @@ SUMMARY_INPUTS = [
 ]
 SEEDS_ARG = " ".join(str(seed) for seed in SEEDS)
 
+# Validation accuracy of the leaderboard run against wall-clock time (the handout asks for it).
+LEADERBOARD_PLOTS = (
+    [f"{R}/plots/leaderboard_accuracy_time.png"] if "leaderboard" in config["families"] else []
+)
+
 ALL_PLOTS = (
     [f"{R}/plots/{family}_accuracy.png" for family in FAMILIES]
     + [f"{R}/plots/{family}_training.png" for family in FAMILIES]
     + [f"{R}/plots/{family}_accuracy_time.png" for family in TIME_FAMILIES]
+    + [f"{R}/plots/{family}_accuracy_grpo_step.png" for family in GRPO_STEP_FAMILIES]
     + ([f"{R}/plots/methods.png"] if METHOD_RUNS else [])
+    + LEADERBOARD_PLOTS
 )
 
 # Panels of the training figure per method (split/key in metrics.jsonl; EI logs one train
-# line per iteration: the rollouts' reward, entropy and length, and how many were kept).
+# line per iteration: the rollouts' reward, entropy and length, and how many were kept), then
+# the evaluation lines' mean token entropy and response lengths of correct and of incorrect
+# answers. A panel no run of the family logs is left out of the figure.
+EVAL_PANELS = [
+    "eval/entropy",
+    "eval/response_length_correct",
+    "eval/response_length_incorrect",
+]
 TRAINING_PANELS = {
-    "sft": ["train/loss", "train/entropy", "train/grad_norm", "eval/response_length"],
+    "sft": [
+        "train/loss",
+        "train/entropy",
+        "train/grad_norm",
+        "eval/response_length",
+        *EVAL_PANELS,
+    ],
     "ei": [
         "train/reward",
         "train/rollout/entropy",
         "train/rollout/response_length",
         "train/kept",
+        *EVAL_PANELS,
     ],
     "grpo": [
         "train/reward",
         "train/entropy",
         "train/response_length",
         "train/grad_norm",
+        "train/clip_fraction",
+        *EVAL_PANELS,
     ],
 }
 

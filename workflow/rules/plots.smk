@@ -50,6 +50,30 @@ rule plot_accuracy_time:
         "--x time/elapsed --title {params.title:q} --out {output.png} > {log} 2>&1"
 
 
+rule plot_accuracy_grpo_step:
+    input:
+        runs=family_done,
+    output:
+        png=report(
+            f"{R}/plots/{{family}}_accuracy_grpo_step.png",
+            caption="../report/accuracy_grpo_step.rst",
+            category="{family}",
+        ),
+    log:
+        f"{R}/logs/plots/{{family}}_accuracy_grpo_step.log",
+    wildcard_constraints:
+        family=FAMILY_REGEX,
+    conda:
+        "../envs/rrl.yaml"
+    params:
+        runs=family_dirs,
+        label_keys=family_keys,
+        title=family_title,
+    shell:
+        "rrl plot --runs {params.runs} --label-keys {params.label_keys} --metric eval/accuracy "
+        "--x grpo_step --title {params.title:q} --out {output.png} > {log} 2>&1"
+
+
 rule plot_training:
     input:
         runs=family_done,
@@ -93,6 +117,28 @@ rule plot_methods:
     shell:
         "rrl plot --kind final --runs {params.runs} --metric eval/accuracy eval/format_reward "
         "--title 'final evaluation at default settings' --out {output.png} > {log} 2>&1"
+
+
+rule plot_leaderboard_accuracy_time:
+    input:
+        runs=run_done(f"{R}/leaderboard"),
+    output:
+        png=report(
+            f"{R}/plots/leaderboard_accuracy_time.png",
+            caption="../report/leaderboard_accuracy_time.rst",
+            category="leaderboard",
+        ),
+    log:
+        f"{R}/logs/plots/leaderboard_accuracy_time.log",
+    conda:
+        "../envs/rrl.yaml"
+    params:
+        runs=lambda wildcards, input: Path(input.runs[0]).parent.parent,
+    shell:
+        "rrl plot --runs {params.runs} --labels leaderboard --metric eval/accuracy "
+        "--x time/elapsed --time-unit min "
+        "--title 'leaderboard run: validation accuracy against wall-clock time' "
+        "--out {output.png} > {log} 2>&1"
 
 
 rule summary:

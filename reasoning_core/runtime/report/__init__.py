@@ -3,11 +3,16 @@
 ``rrl plot`` draws PNG figures from the runs' ``metrics.jsonl`` files (matplotlib, Agg):
 
 - ``--kind curves`` (default): one panel per ``--metric`` (``split/key``, e.g. ``eval/accuracy``
-  or ``train/entropy``) against ``--x`` (``step`` or ``time/elapsed``), one line per run,
-  labelled by the settings named in ``--label-keys`` (read from each run's ``config.yaml``)
-  or by ``--labels``.
+  or ``train/entropy``) against ``--x`` (``step``: the optimizer step; ``grpo_step``: GRPO
+  steps, i.e. rollout batches, done; ``time/elapsed`` in ``--time-unit`` s, min or h), one
+  line per run, labelled by the settings named in ``--label-keys`` (read from each run's
+  ``config.yaml``) or by ``--labels``. A metric no run logs gets no panel.
 - ``--kind final``: grouped bars of the last logged value of each metric per run (e.g. the
   final evaluation accuracy of each method beside zero-shot).
+
+A run folder holds its ``metrics.jsonl`` (one seed) or ``seed~N/`` folders each holding one;
+a run with several seeds is drawn as the mean over its seeds with the 95% t-interval of the
+mean as a shaded band (curves) or an error bar with a dot per seed (final bars).
 
 ``rrl summary`` writes ``summary.tsv`` (``../shared/SPEC.md`` section 3) from the committed
 files of the run folders alone (``metrics.jsonl``, ``config.yaml``; never ``done.json``, which
@@ -39,16 +44,35 @@ from __future__ import annotations
 
 import sys
 
-from reasoning_core.runtime.report.figures import last_value, main_plot, plot_curves, plot_final
-from reasoning_core.runtime.report.runs import (
+from reasoning_core.runtime.report.bands import (
+    Band,
+    Interval,
+    aggregate,
+    mean_interval,
+    points,
+    t_quantile,
+    with_grpo_steps,
+)
+from reasoning_core.runtime.report.figures import (
+    curve_bands,
     final_values,
+    last_value,
+    main_plot,
+    plot_curves,
+    plot_final,
+)
+from reasoning_core.runtime.report.runs import (
+    config_file,
     find_runs,
+    folder_finals,
     format_value,
     moving_average,
     read_json,
     read_metrics,
+    read_seeds,
     read_yaml,
     run_labels,
+    seed_folders,
     seed_runs,
     series,
     short_names,
@@ -57,7 +81,6 @@ from reasoning_core.runtime.report.seeds import (
     main_seeds,
     mean_std_ci95,
     seed_summary,
-    t_quantile,
     write_seed_summary,
 )
 from reasoning_core.runtime.report.table import (
@@ -88,10 +111,21 @@ __all__ = [
     "SPREAD_COLUMNS",
     "SUMMARY_COUNTS",
     "SUMMARY_METRICS",
-    "find_runs",
+    "Band",
+    "Interval",
+    "aggregate",
+    "config_file",
+    "curve_bands",
     "final_values",
+    "find_runs",
+    "folder_finals",
     "format_value",
     "last_value",
+    "mean_interval",
+    "points",
+    "read_seeds",
+    "seed_folders",
+    "with_grpo_steps",
     "main",
     "main_plot",
     "main_seeds",

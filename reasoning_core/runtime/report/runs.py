@@ -23,19 +23,10 @@ def read_metrics(run: str | Path, *, warn: bool = True) -> list[dict[str, Any]]:
     """The records of ``run/metrics.jsonl`` ([] when it is absent). A killed run's partial last
     line is left out silently; any other damaged line is skipped, with a warning on stderr
     naming the file and line unless ``warn`` is off (see
-    :func:`reasoning_core.runtime.metrics.read_metrics`). A run across seeds (``seed~<N>``
-    folders, no metrics of its own) gives its first seed's records, with a warning: the
-    figures draw such runs from every seed folder (:func:`seed_runs`)."""
+    :func:`reasoning_core.runtime.metrics.read_metrics`). A run across seeds keeps its records
+    in its seed folders: :func:`read_seeds`."""
     path = Path(run) / "metrics.jsonl"
     if not path.is_file():
-        seeds = seed_runs(run)
-        if seeds:  # a run across seeds given where one folder's records are read
-            print(
-                f"warning: {run} is a run across seeds; reading its first seed's folder "
-                f"{seeds[0][1]} only",
-                file=sys.stderr,
-            )
-            return read_metrics(seeds[0][1], warn=warn)
         return []
     return run_metrics.read_metrics(path, damaged="warn" if warn else "skip")
 
@@ -80,14 +71,14 @@ def series(
         if record.get("split") != split:
             continue
         xv, yv = record.get(x), record.get(key)
-        if not _is_number(xv) or not _is_number(yv):
+        if not is_number(xv) or not is_number(yv):
             continue
         xs.append(float(xv))
         ys.append(float(yv))
     return xs, ys
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
     return (
         isinstance(value, (int, float))
         and not isinstance(value, bool)
@@ -116,18 +107,11 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-def run_config_path(run: str | Path) -> Path:
-    """``run/config.yaml``; for a run across seeds, its first seed's (the seeds' configurations
-    differ only in ``seed``)."""
-    seeds = seed_runs(run)
-    return seeds[0][1] / "config.yaml" if seeds else Path(run) / "config.yaml"
-
-
 def run_labels(runs: Sequence[str | Path], keys: Sequence[str]) -> list[str]:
     """Label each run by ``key=value`` for those of ``keys`` whose resolved values (from the
-    runs' ``config.yaml``, :func:`run_config_path`) differ between the runs; a run folder named ``default`` (the
+    runs' ``config.yaml``, :func:`config_file`) differ between the runs; a run folder named ``default`` (the
     method's default settings) says so. Runs that still share a label get their folder name."""
-    configs = [read_yaml(run_config_path(r)) for r in runs]
+    configs = [read_yaml(config_file(r)) for r in runs]
     values = {k: [format_value(c[k]) if k in c else "-" for c in configs] for k in keys}
     varied = [k for k in keys if len(runs) == 1 or len(set(values[k])) > 1]
     labels = []
@@ -175,7 +159,7 @@ def seed_runs(run: str | Path, seeds: Sequence[int] | None = None) -> list[tuple
     return [(seed, folders[seed]) for seed in sorted(seeds) if seed in folders]
 
 
-def final_values(folder: str | Path) -> dict[str, Any]:
+def folder_finals(folder: str | Path) -> dict[str, Any]:
     """What one trained or evaluated folder ended with, from its ``metrics.jsonl`` alone:
     ``eval_accuracy``, ``eval_format_reward``, ``eval_examples`` (its last ``eval`` line),
     ``wall_seconds`` (the ``time/elapsed`` of the ``done`` line a finished trainer writes last,
@@ -214,3 +198,27 @@ def find_runs(results: str | Path) -> list[Path]:
         if "metrics.jsonl" in files:
             found.add(here.parent if SEED_FOLDER.fullmatch(here.name) else here)
     return sorted(found)
+
+
+def seed_folders(run: str | Path) -> list[Path]:
+    """The folders holding a run's ``metrics.jsonl``: ``[run]`` when ``run/metrics.jsonl``
+    exists (one seed), else its ``seed~N`` subfolders that hold one, by N; [] when none do."""
+    run = Path(run)
+    if (run / "metrics.jsonl").is_file():
+        return [run]
+    return [folder for _, folder in seed_runs(run) if (folder / "metrics.jsonl").is_file()]
+
+
+def read_seeds(run: str | Path, *, warn: bool = True) -> list[list[dict[str, Any]]]:
+    """The metrics records of each of a run's seeds (:func:`seed_folders`, :func:`read_metrics`)."""
+    return [read_metrics(folder, warn=warn) for folder in seed_folders(run)]
+
+
+def config_file(run: str | Path) -> Path:
+    """A run's ``config.yaml``: its own, else its first seed's (the seeds' configurations differ
+    only in ``seed``)."""
+    run = Path(run)
+    folders = seed_folders(run)
+    if (run / "config.yaml").is_file() or not folders:
+        return run / "config.yaml"
+    return folders[0] / "config.yaml"

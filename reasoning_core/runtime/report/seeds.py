@@ -23,47 +23,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from reasoning_core.runtime.report.runs import final_values, seed_runs
+from reasoning_core.runtime.report.bands import t_quantile
+from reasoning_core.runtime.report.runs import folder_finals, seed_runs
 
 SEED_METRICS = ("eval_accuracy", "eval_format_reward")
-
-
-def _t_two_sided(t: float, df: int) -> float:
-    """P(|T| < t) for Student's t with integer ``df`` degrees of freedom, in closed form
-    (Abramowitz & Stegun 26.7.3-4). With ``theta = atan(t / sqrt(df))``, ``c = cos(theta)^2``:
-    odd df: ``2/pi * (theta + sin(theta) cos(theta) * sum_{k<(df-1)/2} a_k c^k)``,
-    ``a_0 = 1, a_k = a_{k-1} * 2k / (2k + 1)`` (no sum for df = 1);
-    even df: ``sin(theta) * sum_{k<df/2} b_k c^k``, ``b_0 = 1, b_k = b_{k-1} * (2k - 1) / (2k)``."""
-    theta = math.atan(t / math.sqrt(df))
-    c = math.cos(theta) ** 2
-    if df % 2:
-        total, term = 0.0, 1.0
-        for k in range((df - 1) // 2):
-            if k:
-                term *= c * (2 * k) / (2 * k + 1)
-            total += term
-        return 2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * total)
-    total, term = 0.0, 1.0
-    for k in range(df // 2):
-        if k:
-            term *= c * (2 * k - 1) / (2 * k)
-        total += term
-    return math.sin(theta) * total
-
-
-def t_quantile(p: float, df: int) -> float:
-    """The ``p`` quantile (``0.5 < p < 1``) of Student's t with ``df >= 1`` degrees of freedom,
-    by bisection on :func:`_t_two_sided` (``P(T < t) = (1 + P(|T| < t)) / 2``) to 1e-12."""
-    if not 0.5 < p < 1 or df < 1:
-        raise ValueError(f"t_quantile needs 0.5 < p < 1 and df >= 1, got p={p}, df={df}")
-    target = 2 * p - 1
-    lo, hi = 0.0, 1.0
-    while _t_two_sided(hi, df) < target:
-        lo, hi = hi, hi * 2
-    while hi - lo > 1e-12 * max(1.0, hi):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _t_two_sided(mid, df) < target else (lo, mid)
-    return (lo + hi) / 2
 
 
 def mean_std_ci95(values: Sequence[float]) -> dict[str, float | None]:
@@ -76,7 +39,7 @@ def mean_std_ci95(values: Sequence[float]) -> dict[str, float | None]:
     if n == 1:
         return {"mean": mean, "std": None, "ci95": None}
     std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
-    return {"mean": mean, "std": std, "ci95": t_quantile(0.975, n - 1) * std / math.sqrt(n)}
+    return {"mean": mean, "std": std, "ci95": t_quantile(n - 1) * std / math.sqrt(n)}
 
 
 def seed_summary(run: str | Path, seeds: Sequence[int] | None = None) -> dict[str, Any]:
@@ -92,7 +55,7 @@ def seed_summary(run: str | Path, seeds: Sequence[int] | None = None) -> dict[st
     seeds = seed_runs(run, seeds)
     if not seeds:
         raise ValueError(f"{run}: no seed~<N> folders (a run across seeds holds one per seed)")
-    finals = [final_values(folder) for _, folder in seeds]
+    finals = [folder_finals(folder) for _, folder in seeds]
     out: dict[str, Any] = {"seeds": [seed for seed, _ in seeds]}
     for name in SEED_METRICS:
         per_seed = [f.get(name) for f in finals]

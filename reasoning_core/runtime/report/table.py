@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from reasoning_core.runtime.report.runs import final_values, find_runs, read_yaml, seed_runs
+from reasoning_core.runtime.report.runs import find_runs, folder_finals, read_yaml, seed_runs
 from reasoning_core.runtime.report.seeds import SEED_METRICS, mean_std_ci95
 
 SUMMARY_METRICS = ("eval_accuracy", "eval_format_reward", "eval_examples", "wall_seconds")
@@ -49,7 +49,7 @@ def run_order(relative: str) -> tuple:
 
 
 def _row_values(folder: Path) -> dict[str, Any]:
-    final = final_values(folder)
+    final = folder_finals(folder)
     values = {name: final.get(name) for name in SUMMARY_METRICS}
     values.update({name: final.get(key) for name, key in SUMMARY_COUNTS.items()})
     return values
