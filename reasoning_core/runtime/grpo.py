@@ -80,6 +80,10 @@ class GRPOConfig(CommonConfig):
     length_normalization: Literal["masked_mean", "masked_normalize"] = "masked_mean"
     normalize_constant: float | None = None  # for masked_normalize; None: sampling_max_tokens
     old_log_probs: Literal["auto", "none"] = "auto"  # auto: recompute when the loss needs them
+    # Sort each train batch's rows by length before cutting it into micro batches, so a micro
+    # batch pads to a near-equal longest row: less padding computed, the same batch mean up to
+    # rounding (the micro batches group other rows, so sums round differently).
+    sort_micro_batches: bool = False
     train_examples: int | None = None  # size of the training question pool (None: task default)
     eval_every: int = 5  # GRPO steps
     save_every: int = 5  # GRPO steps
@@ -207,6 +211,8 @@ def train(cfg: GRPOConfig, out: str) -> dict:
             order = torch.randperm(cfg.rollout_batch_size, generator=gen)
             for rows in order.split(cfg.train_batch_size):
                 t0 = time.perf_counter()
+                if cfg.sort_micro_batches:
+                    rows = rows[torch.argsort(tokens["lengths"][rows], stable=True)]
                 stats = grpo_update(
                     t.model,
                     t.optimizer,

@@ -1,0 +1,288 @@
+"""Speed levers of the tiny CPU study, each measured in one run against the old setting.
+
+Parts (``--parts``, all by default), each A/B interleaved in rounds, load recorded alongside
+(the development machine is shared, so every ratio is taken within one round):
+
+* ``parallel``: job-level parallelism on the study's own GRPO job (the committed
+  ``results/grpo/default/config.yaml``, shortened to ``--grpo-steps``). Two runs (seeds 0
+  and 1) one after the other with one torch thread each; the same two at once (two
+  processes, one thread each); and one after the other with two threads each. Throughput =
+  2 runs / wall seconds; ratio = throughput over that of the first mode in the same round.
+* ``order``: the GRPO setting ``sort_micro_batches`` (rows of a train batch sorted by length
+  before they are cut into micro batches, so a micro batch pads to a near-equal longest row).
+  Runs off, on, on again (interleaved); ratio of the summed ``time/train``; the two "on" runs
+  must give identical metrics apart from ``time/`` keys (determinism), and the table shows
+  how far the "off" run's final numbers are from them (rounding moves a run's sample path).
+* ``pretrain``: steps of the tiny-world pretraining on the same batches, in one process:
+  today's step (padded batch with attention mask), without the mask (causal only), under
+  bf16 autocast, and with the batch's documents drawn from a length-sorted pool (less
+  padding; a different batch composition), and today's step on two torch threads (whose
+  weights must stay bitwise equal to today's). Median seconds per step and ratios.
+
+    python benchmarks/study_speed.py --model results/base --out /tmp/speed \\
+        | tee benchmarks/study_speed.txt
+
+``--tiny`` shrinks every part to seconds (a micro model, a step or two) for the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GRPO_CONFIG = ROOT / "results" / "grpo" / "default" / "config.yaml"
+PARTS = ("parallel", "order", "pretrain")
+# The tiny mode's GRPO: one step of 8 rollouts, 8 eval problems, 8 new tokens.
+TINY_GRPO = {
+    "rollout_batch_size": 8,
+    "group_size": 4,
+    "train_batch_size": 8,
+    "gradient_accumulation_steps": 2,
+    "sampling_max_tokens": 8,
+    "eval_examples": 8,
+    "eval_max_tokens": 8,
+    "eval_every": 1,
+}
+
+
+def load() -> str:
+    """The 1, 5 and 15 minute load averages (the machine is shared)."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def grpo_command(args, out: Path, *, seed: int, threads: int, extra: dict) -> list[str]:
+    values = {
+        "model_path": args.model,
+        "n_grpo_steps": args.grpo_steps,
+        "seed": seed,
+        "num_threads": threads,
+        "progress": False,
+        "save_checkpoint": False,
+        **(TINY_GRPO if args.tiny else {}),
+        **extra,
+    }
+    cmd = [sys.executable, "-m", "reasoning_core.runtime.cli", "grpo"]
+    cmd += ["--config", str(GRPO_CONFIG), "--out", str(out)]
+    for k, v in values.items():
+        cmd += ["--set", f"{k}={json.dumps(v)}"]
+    return cmd
+
+
+def start(cmd: list[str], threads: int, log: Path) -> subprocess.Popen:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+def wait_all(procs: list[tuple[subprocess.Popen, Path]]) -> None:
+    for p, log in procs:
+        if p.wait() != 0:
+            raise SystemExit(f"run failed (exit {p.returncode}); its output is in {log}")
+
+
+def run_mode(args, folder: Path, mode: str) -> float:
+    """Wall seconds of two GRPO runs (seeds 0 and 1) in ``mode``: ``seq1`` (one after the
+    other, one thread), ``conc1`` (at once, one thread each), ``seq2`` (one after the other,
+    two threads)."""
+    threads = 2 if mode == "seq2" else 1
+    t0 = time.perf_counter()
+    procs = []
+    for seed in (0, 1):
+        out = folder / f"{mode}_seed{seed}"
+        cmd = grpo_command(args, out, seed=seed, threads=threads, extra={})
+        procs.append((start(cmd, threads, folder / f"{mode}_seed{seed}.log"), out))
+        if mode != "conc1":
+            wait_all(procs[-1:])
+    wait_all(procs)
+    return time.perf_counter() - t0
+
+
+def part_parallel(args) -> None:
+    modes = ["seq1", "conc1", "seq2"]
+    names = {
+        "seq1": "2 runs one after the other, 1 thread each",
+        "conc1": "2 runs at once, 1 thread each",
+        "seq2": "2 runs one after the other, 2 threads each",
+    }
+    print(f"## parallel: GRPO default, {args.grpo_steps} steps, seeds 0 and 1")
+    ratios: dict[str, list[float]] = {m: [] for m in modes}
+    for r in range(args.rounds):
+        order = modes[r % 3 :] + modes[: r % 3]  # rotate which mode runs first
+        walls = {}
+        for mode in order:
+            before = load()
+            walls[mode] = run_mode(args, args.out / "parallel" / f"round{r}", mode)
+            print(
+                f"round {r} {mode:5s} wall {walls[mode]:7.1f} s  "
+                f"throughput {2 / walls[mode] * 3600:6.1f} runs/h  load before {before} "
+                f"after {load()}  ({names[mode]})",
+                flush=True,
+            )
+        for mode in modes:
+            ratios[mode].append(walls["seq1"] / walls[mode])
+    for mode in modes:
+        print(
+            f"throughput ratio {mode} / seq1: "
+            + ", ".join(f"{x:.2f}" for x in ratios[mode])
+            + f"  (mean {statistics.mean(ratios[mode]):.2f})  {names[mode]}"
+        )
+
+
+def metrics(folder: Path) -> list[dict]:
+    return [json.loads(s) for s in (folder / "metrics.jsonl").read_text().splitlines() if s]
+
+
+def without_time(lines: list[dict]) -> list[dict]:
+    return [{k: v for k, v in x.items() if not k.startswith("time/")} for x in lines]
+
+
+def train_seconds(lines: list[dict]) -> float:
+    return sum(x.get("time/train", 0.0) for x in lines if x.get("split") == "train")
+
+
+def part_order(args) -> None:
+    print(f"## order: GRPO default, {args.grpo_steps} steps, sort_micro_batches off / on / on")
+    base = args.out / "order"
+    runs = [("off", False), ("on", True), ("on_again", True)]
+    train, wall = {}, {}
+    for name, on in runs:
+        before = load()
+        out = base / name
+        t0 = time.perf_counter()
+        cmd = grpo_command(args, out, seed=0, threads=1, extra={"sort_micro_batches": on})
+        wait_all([(start(cmd, 1, base.parent / f"order_{name}.log"), out)])
+        wall[name] = time.perf_counter() - t0
+        train[name] = train_seconds(metrics(out))
+        print(
+            f"{name:8s} time/train total {train[name]:7.2f} s  wall {wall[name]:7.1f} s  "
+            f"load before {before} after {load()}",
+            flush=True,
+        )
+    for name in ("on", "on_again"):
+        print(
+            f"time/train ratio off / {name}: {train['off'] / train[name]:.2f}  "
+            f"(wall {wall['off'] / wall[name]:.2f})"
+        )
+    same = without_time(metrics(base / "on")) == without_time(metrics(base / "on_again"))
+    print(f"on and on_again metrics identical apart from time/ keys: {same}")
+    for name in ("off", "on"):
+        evals = [x for x in metrics(base / name) if x.get("split") == "eval"]
+        trains = [x for x in metrics(base / name) if x.get("split") == "train"]
+        reward = statistics.mean(x["reward"] for x in trains)
+        print(
+            f"{name:3s} final eval accuracy {evals[-1]['accuracy']:.4f} format "
+            f"{evals[-1]['format_reward']:.4f}; mean train reward {reward:.4f}"
+        )
+
+
+def part_pretrain(args) -> None:
+    import torch
+
+    from reasoning_core.runtime.config import build_config, load_yaml
+    from reasoning_core.runtime.tinyworld.corpus import documents
+    from reasoning_core.runtime.tinyworld.model import build_model, build_tokenizer
+    from reasoning_core.runtime.tinyworld.pretrain import collate, encode_documents
+    from reasoning_core.runtime.tinyworld.world import TinyWorldConfig
+
+    torch.set_num_threads(1)
+    values = load_yaml(ROOT / "workflow" / "config" / "methods" / "tiny.yaml", "tiny-world")
+    values["tokenizer_docs"] = 300 if args.tiny else 5000
+    if args.tiny:
+        values.update(batch_size=4, hidden_size=32, intermediate_size=64, num_layers=1)
+        values.update(num_heads=2, num_kv_heads=1, head_dim=16)
+    cfg = build_config(TinyWorldConfig, values)
+    n_batches = 2 if args.tiny else args.pretrain_batches
+    tok_docs = list(documents(cfg, cfg.tokenizer_docs, seed=11))
+    tokenizer = build_tokenizer([p + r for p, r in tok_docs], cfg.vocab_size)
+    pad = tokenizer.pad_token_id
+    docs = list(documents(cfg, n_batches * cfg.batch_size, seed=23))
+    seqs = encode_documents(tokenizer, docs)
+    bs = cfg.batch_size
+    plain = [collate(seqs[i : i + bs], pad) for i in range(0, len(seqs), bs)]
+    by_length = sorted(seqs, key=len)
+    bucketed = [collate(by_length[i : i + bs], pad) for i in range(0, len(seqs), bs)]
+
+    def pad_fraction(batches) -> float:
+        return 1 - sum(int(m.sum()) for _, m, _ in batches) / sum(m.numel() for _, m, _ in batches)
+
+    variants = {
+        "today": (plain, "mask"),
+        "no_mask": (plain, "none"),
+        "bf16_autocast": (plain, "bf16"),
+        "length_sorted_pool": (bucketed, "mask"),
+        "two_threads": (plain, "mask"),
+    }
+    print(
+        f"## pretrain: tiny-world step, batch {bs}, {n_batches} batches x {args.rounds} rounds; "
+        f"padding today {pad_fraction(plain):.1%}, length-sorted pool "
+        f"{pad_fraction(bucketed):.1%}; load {load()}"
+    )
+    state = {}
+    for name in variants:
+        model = build_model(cfg, tokenizer.eos_token_id)
+        model.train()
+        state[name] = (model, torch.optim.AdamW(model.parameters(), lr=cfg.lr))
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(args.rounds):
+        for name, (batches, how) in variants.items():
+            model, opt = state[name]
+            torch.set_num_threads(2 if name == "two_threads" else 1)
+            for ids, mask, labels in batches:
+                t0 = time.perf_counter()
+                kwargs = {"input_ids": ids, "labels": labels}
+                if how != "none":
+                    kwargs["attention_mask"] = mask
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=how == "bf16"):
+                    loss = model(**kwargs).loss
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                opt.step()
+                times[name].append(time.perf_counter() - t0)
+    torch.set_num_threads(1)
+    same = all(
+        torch.equal(a, b)
+        for a, b in zip(
+            state["today"][0].parameters(), state["two_threads"][0].parameters(), strict=True
+        )
+    )
+    print(f"two_threads weights identical to today's after every step: {same}")
+    today = statistics.median(times["today"])
+    for name in variants:
+        med = statistics.median(times[name])
+        print(f"{name:18s} median {med * 1000:8.1f} ms/step  ratio today / this {today / med:.2f}")
+    print(f"load after {load()}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True, help="base model folder (rrl tiny-world)")
+    p.add_argument("--out", type=Path, required=True, help="scratch folder for the runs")
+    p.add_argument("--parts", default=",".join(PARTS), help=f"comma list of {PARTS}")
+    p.add_argument("--grpo-steps", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--pretrain-batches", type=int, default=6)
+    p.add_argument("--tiny", action="store_true", help="seconds-long sizes, for the tests")
+    args = p.parse_args(argv)
+    if args.tiny:
+        args.grpo_steps = 1
+    parts = args.parts.split(",")
+    if unknown := set(parts) - set(PARTS):
+        p.error(f"unknown parts {sorted(unknown)}; choose from {PARTS}")
+    print(f"# study_speed {' '.join(argv if argv is not None else sys.argv[1:])}")
+    print(f"# cpu count {os.cpu_count()}, load {load()}, {time.strftime('%Y-%m-%d %H:%M')}")
+    for part in parts:
+        {"parallel": part_parallel, "order": part_order, "pretrain": part_pretrain}[part](args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

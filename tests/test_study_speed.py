@@ -1,0 +1,55 @@
+"""benchmarks/study_speed.py in its --tiny mode: every part runs and prints its ratios, and the
+GRPO setting sort_micro_batches is deterministic (two runs, identical metrics apart from time/).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from reasoning_core.runtime.tinyworld import main as tiny_world_main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def study_speed():
+    spec = importlib.util.spec_from_file_location(
+        "study_speed", ROOT / "benchmarks" / "study_speed.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def ratios(text: str) -> list[float]:
+    return [float(x) for x in re.findall(r"ratio [^:\n]*?:? (\d+\.\d+)", text)]
+
+
+def test_pretrain_part_times_every_variant(tmp_path, capsys):
+    assert study_speed().main(["--tiny", "--parts", "pretrain", "--model", "-", "--out", "x"]) == 0
+    out = capsys.readouterr().out
+    for variant in ("today", "no_mask", "bf16_autocast", "length_sorted_pool", "two_threads"):
+        assert re.search(rf"^{variant} +median +\d+\.\d ms/step", out, re.M), out
+    assert len(ratios(out)) == 5 and all(r > 0 for r in ratios(out)), out
+    # The length-sorted pool pads less than today's random batches (same documents).
+    today, pool = re.search(
+        r"padding today (\d+\.\d)%, length-sorted pool (\d+\.\d)%", out
+    ).groups()
+    assert float(pool) <= float(today)
+
+
+@pytest.mark.slow
+def test_order_and_parallel_parts_run_and_sorting_is_deterministic(tmp_path, capsys):
+    world = tmp_path / "world"
+    sets = ["steps=4", "batch_size=8", "tokenizer_docs=2000", "log_every=2"]
+    assert tiny_world_main([a for s in sets for a in ("--set", s)] + ["--out", str(world)]) == 0
+    argv = ["--tiny", "--parts", "order,parallel", "--model", str(world)]
+    assert study_speed().main(argv + ["--out", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert "on and on_again metrics identical apart from time/ keys: True" in out
+    for mode in ("seq1", "conc1", "seq2"):
+        assert re.search(rf"throughput ratio {mode} / seq1: \d+\.\d\d", out), out
+    assert len(ratios(out)) == 5 and all(r > 0 for r in ratios(out)), out
