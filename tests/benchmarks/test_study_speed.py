@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from pathlib import Path
-
 import pytest
+from project_root import ROOT
 
 from reasoning_core.runtime.tinyworld import main as tiny_world_main
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def study_speed():
