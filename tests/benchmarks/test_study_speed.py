@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+
 import pytest
 from project_root import ROOT
 
