@@ -49,7 +49,9 @@ class TinyWorldConfig:
     min_lr_ratio: float = 0.1
     grad_clip: float = 1.0
     log_every: int = 10
-    num_threads: int = 1
+    # Two torch threads: no other job runs while the base model builds; measured 2.06x per step
+    # on a 2-core machine, weights bitwise equal to one thread's (benchmarks/study_speed.txt).
+    num_threads: int = 2
     # corpus
     r1_fraction: float = 0.8
     # Answer-style weights after the r1_zero prompt for short problems (fewer than
