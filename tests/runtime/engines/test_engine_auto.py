@@ -9,18 +9,16 @@ runs on a CPU; no CUDA tensor is made (``torch.device("cuda")`` is only a name).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
+from project_root import ROOT
 from tiny_model import save_tiny_model
 
 from reasoning_core.runtime import engines, evaluate, run, sft
 from reasoning_core.runtime.config import ConfigError
 from reasoning_core.runtime.engines import HFEngine, StaticEngine, resolve_engine
 from reasoning_core.runtime.settings import CommonConfig, check_engine_settings, engine_options
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _no_import():
