@@ -87,16 +87,25 @@ class Interval:
     n: int
 
 
+def mean_and_std(values: Sequence[float]) -> tuple[float, float | None]:
+    """The mean of one or more ``values`` and their sample standard deviation
+    ``sqrt(sum((v - mean)^2) / (n - 1))`` (None for a single value)."""
+    n = len(values)
+    mean = math.fsum(values) / n
+    if n == 1:
+        return mean, None
+    return mean, math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+
+
 def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
     """The mean of ``values`` with ``mean +- t_{(1+confidence)/2, n-1} * s / sqrt(n)`` (``s``:
     sample standard deviation, ``n - 1`` in its denominator)."""
     n = len(values)
     if n == 0:
         raise ValueError("mean_interval of no values")
-    mean = math.fsum(values) / n
-    if n == 1:
+    mean, s = mean_and_std(values)
+    if s is None:
         return Interval(mean, mean, mean, 1)
-    s = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
     half = t_quantile(n - 1, confidence) * s / math.sqrt(n)
     return Interval(mean, mean - half, mean + half, n)
 

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from reasoning_core.runtime.report.bands import t_quantile
+from reasoning_core.runtime.report.bands import mean_and_std, t_quantile
 from reasoning_core.runtime.report.runs import folder_finals, seed_runs
 
 SEED_METRICS = ("eval_accuracy", "eval_format_reward")
@@ -35,10 +35,9 @@ def mean_std_ci95(values: Sequence[float]) -> dict[str, float | None]:
     n = len(values)
     if n == 0:
         return {"mean": None, "std": None, "ci95": None}
-    mean = math.fsum(values) / n
-    if n == 1:
+    mean, std = mean_and_std(values)
+    if std is None:
         return {"mean": mean, "std": None, "ci95": None}
-    std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
     return {"mean": mean, "std": std, "ci95": t_quantile(n - 1) * std / math.sqrt(n)}
 
 
