@@ -13,7 +13,9 @@ rule tiny_world:
         f"{R}/benchmarks/base.tsv"
     conda:
         "../envs/rrl.yaml"
-    threads: THREADS  # setting threads_per_job (one torch thread: num_threads)
+    # The tiny world trains on its own num_threads torch threads (2 in tiny.yaml); nothing
+    # else can start before it, so it reserves at least two cores whatever threads_per_job is.
+    threads: max(THREADS, 2)
     params:
         out=run_dir,
         settings=command_settings("tiny-world"),
