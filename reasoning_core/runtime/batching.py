@@ -125,7 +125,7 @@ class MicroBatchSize:
                         f"[{self.name}] out of memory at micro batch {size}"
                         + ("" if self.backoff else " (setting 'oom_backoff' is off)")
                         + ": turn on 'gradient_checkpointing', lower 'sampling_max_tokens' or"
-                        " the rollout engine's memory share (engine_kwargs."
+                        " the rollout engine's memory share (engine_kwargs.vllm."
                         "gpu_memory_utilization), or use a larger GPU"
                     )
                     raise

@@ -64,7 +64,7 @@ class CommonConfig:
     # after 55-90 s of compilation per micro-batch shape.
     compile: bool = False
     # Rollout engine. vLLM runs in-process: colocated on the policy's GPU (give it a memory
-    # share with engine_kwargs.gpu_memory_utilization) or, on two GPUs, with the policy on
+    # share with engine_kwargs.vllm.gpu_memory_utilization) or, on two GPUs, with the policy on
     # device "cuda:1" while vLLM takes cuda:0 (see README, "GPU runs").
     # "static": preallocated KV cache and CUDA-graph decode steps, no vLLM needed.
     # "auto": vllm when the vllm package imports and the device is CUDA, else static on CUDA,

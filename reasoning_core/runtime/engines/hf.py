@@ -61,6 +61,23 @@ def eos_ids(model: Any, tokenizer: Any) -> list[int]:
     return sorted(ids)
 
 
+def encode_prompts(tokenizer: Any, prompts: list[str]) -> list[list[int]]:
+    """Token ids of each prompt (no special tokens added); an empty prompt is refused by index."""
+    encoded = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+    for i, ids in enumerate(encoded):
+        if not ids:
+            raise ValueError(f"prompt {i} is empty after tokenization")
+    return encoded
+
+
+def sampling_generator(params: SamplingParams, device: torch.device) -> torch.Generator | None:
+    """The engines' random stream: seeded from ``params.seed`` on ``device``, or None (torch's
+    global stream) when no seed is given."""
+    if params.seed is None:
+        return None
+    return torch.Generator(device=device).manual_seed(int(params.seed))
+
+
 def sample_tokens(
     logits: Tensor, temperature: float, top_p: float, generator: torch.Generator | None
 ) -> Tensor:
@@ -136,14 +153,8 @@ class HFEngine:
     def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
         if not prompts:
             return []
-        encoded = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
-        for i, ids in enumerate(encoded):
-            if not ids:
-                raise ValueError(f"prompt {i} is empty after tokenization")
-        generator = None
-        if params.seed is not None:
-            device = next(self.model.parameters()).device
-            generator = torch.Generator(device=device).manual_seed(int(params.seed))
+        encoded = encode_prompts(self.tokenizer, prompts)
+        generator = sampling_generator(params, next(self.model.parameters()).device)
         per_chunk = max(1, self.max_batch_size // params.n)
         was_training = self.model.training
         self.model.eval()

@@ -10,7 +10,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from reasoning_core.runtime.engines.hf import eos_ids, model_and_tokenizer
+from reasoning_core.runtime.engines.hf import (
+    encode_prompts,
+    eos_ids,
+    model_and_tokenizer,
+    sampling_generator,
+)
 from reasoning_core.runtime.engines.static.device import DeviceMixin
 from reasoning_core.runtime.engines.static.kernels import (
     _Cache,
@@ -76,7 +81,9 @@ class StaticEngine(DeviceMixin, TextMixin):
         if max_batch_size is None:
             max_batch_size = 256 if on_cuda else 64
         if max_batch_size < 1:
-            raise ValueError(f"engine_kwargs.max_batch_size must be >= 1, got {max_batch_size}")
+            raise ValueError(
+                f"engine_kwargs.static.max_batch_size must be >= 1, got {max_batch_size}"
+            )
         self.max_batch_size = max_batch_size
         self.prefill_tokens = prefill_tokens
         self.eos_ids = eos_ids(model, tokenizer)
@@ -148,13 +155,8 @@ class StaticEngine(DeviceMixin, TextMixin):
     def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
         if not prompts:
             return []
-        encoded = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
-        for i, ids in enumerate(encoded):
-            if not ids:
-                raise ValueError(f"prompt {i} is empty after tokenization")
-        generator = None
-        if params.seed is not None:
-            generator = torch.Generator(device=self.device).manual_seed(int(params.seed))
+        encoded = encode_prompts(self.tokenizer, prompts)
+        generator = sampling_generator(params, self.device)
         units = len(prompts) * params.n
         capacity = min(units, self.max_batch_size)
         rows = _smallest_at_least(capacity, row_buckets(self.max_batch_size))
