@@ -45,4 +45,5 @@ rule all:
     default_target: True
     input:
         summary=f"{R}/summary.tsv",
+        ablations=f"{R}/ablations.tsv",
         plots=ALL_PLOTS,

@@ -108,7 +108,9 @@ def run_mode(args, folder: Path, mode: str) -> float:
 def part_parallel(args) -> None:
     modes = args.modes.split(",")
     if modes[0] != "seq1" or not set(modes) <= {"seq1", "conc1", "seq2"}:
-        raise SystemExit(f"--modes {args.modes!r}: seq1 first (the baseline), then conc1 and/or seq2")
+        raise SystemExit(
+            f"--modes {args.modes!r}: seq1 first (the baseline), then conc1 and/or seq2"
+        )
     names = {
         "seq1": "2 runs one after the other, 1 thread each",
         "conc1": "2 runs at once, 1 thread each",
@@ -272,7 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grpo-steps", type=int, default=10)
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument(
-        "--modes", default="seq1,conc1,seq2", help="parallel part: comma list, seq1 (baseline) first"
+        "--modes",
+        default="seq1,conc1,seq2",
+        help="parallel part: comma list, seq1 (baseline) first",
     )
     p.add_argument("--pretrain-batches", type=int, default=6)
     p.add_argument("--tiny", action="store_true", help="seconds-long sizes, for the tests")

@@ -23,6 +23,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "plot": ("reasoning_core.runtime.report", "plot curves from metrics.jsonl files"),
     "summary": ("reasoning_core.runtime.report", "aggregate runs into results/summary.tsv"),
     "seeds": ("reasoning_core.runtime.report", "one run across seeds: mean, std, 95% interval"),
+    "ablations": (
+        "reasoning_core.runtime.report",
+        "each ablation against its baseline, with bands",
+    ),
     "sft-data": ("envs.sft_data", "build r1_zero SFT examples from a task's own solutions"),
     "gpu-check": ("reasoning_core.runtime.gpu_check", "prepared GPU readiness check"),
 }

@@ -300,6 +300,16 @@ def test_smoke_workflow_runs_end_to_end(tmp_path):
     for row in rows:
         if row["experiment"] != "base":
             assert 0.0 <= float(row["eval_accuracy"]) <= 1.0, row
+    # ablations.tsv: every ablation against its default, the leaderboard against GRPO, every
+    # trained run against zero-shot; one seed gives no band (diff_ci95 and clear empty).
+    with (results / "ablations.tsv").open() as f:
+        ablations = list(csv.DictReader(f, delimiter="\t"))
+    accuracy = {(r["run"], r["baseline"]): r for r in ablations if r["metric"] == "eval_accuracy"}
+    assert ("grpo/lr~3e-4", "grpo/default") in accuracy
+    assert ("leaderboard", "grpo/default") in accuracy and ("sft/default", "zero_shot") in accuracy
+    row = accuracy[("sft/default", "zero_shot")]
+    assert float(row["diff"]) == pytest.approx(float(row["run_mean"]) - float(row["baseline_mean"]))
+    assert row["diff_ci95"] == row["clear"] == ""
     # Benchmarks of training rules; logs of every rule.
     assert (results / "benchmarks" / "grpo" / "default" / "seed~0.tsv").is_file()
     assert (results / "logs" / "summary.log").is_file()

@@ -159,3 +159,20 @@ rule summary:
         seeds=SEEDS_ARG,
     shell:
         "rrl summary --runs {params.runs} --seeds {params.seeds} --out {output.tsv} > {log} 2>&1"
+
+
+rule ablations:
+    input:
+        tsv=f"{R}/summary.tsv",
+    output:
+        tsv=report(
+            f"{R}/ablations.tsv",
+            caption="../report/ablations.rst",
+            category="summary",
+        ),
+    log:
+        f"{R}/logs/ablations.log",
+    conda:
+        "../envs/rrl.yaml"
+    shell:
+        "rrl ablations --summary {input.tsv} --out {output.tsv} > {log} 2>&1"

@@ -38,12 +38,23 @@ then by folder name, whatever the order of ``--runs``.
 
 ``rrl seeds --run RUN --out RUN/seeds.json`` writes the same statistics of one run across
 seeds as JSON (the workflow's target for one run across seeds).
+
+``rrl ablations --summary summary.tsv --out ablations.tsv`` compares each ablation with its
+baseline across seeds: the mean difference and its 95% Welch interval
+(:mod:`reasoning_core.runtime.report.ablations`).
 """
 
 from __future__ import annotations
 
 import sys
 
+from reasoning_core.runtime.report.ablations import (
+    ablation_rows,
+    difference,
+    main_ablations,
+    read_seed_values,
+    write_ablations,
+)
 from reasoning_core.runtime.report.bands import (
     Band,
     Interval,
@@ -97,16 +108,29 @@ from reasoning_core.runtime.report.table import (
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m reasoning_core.runtime.report plot|summary|seeds ...``"""
+    """``python -m reasoning_core.runtime.report plot|summary|seeds|ablations ...``"""
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"plot": main_plot, "summary": main_summary, "seeds": main_seeds}
+    commands = {
+        "plot": main_plot,
+        "summary": main_summary,
+        "seeds": main_seeds,
+        "ablations": main_ablations,
+    }
     if argv and argv[0] in commands:
         return commands[argv[0]](argv[1:])
-    print("usage: rrl plot ... | rrl summary ... | rrl seeds ...", file=sys.stderr)
+    print(
+        "usage: rrl plot ... | rrl summary ... | rrl seeds ... | rrl ablations ...",
+        file=sys.stderr,
+    )
     return 2
 
 
 __all__ = [
+    "ablation_rows",
+    "difference",
+    "main_ablations",
+    "read_seed_values",
+    "write_ablations",
     "MEAN_ROW",
     "SPREAD_COLUMNS",
     "SUMMARY_COUNTS",
