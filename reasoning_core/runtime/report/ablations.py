@@ -34,6 +34,7 @@ from typing import Any
 
 from reasoning_core.runtime.report.bands import mean_and_std, t_quantile
 from reasoning_core.runtime.report.seeds import SEED_METRICS
+from reasoning_core.runtime.report.table import write_summary
 
 ZERO_SHOT = "zero_shot"
 LEADERBOARD = ("leaderboard", "grpo/default")
@@ -139,26 +140,9 @@ def ablation_rows(values: dict[str, dict[str, list[float]]]) -> list[dict[str, A
     return rows
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
-
-
 def write_ablations(rows: list[dict[str, Any]], out: str | Path) -> Path:
-    """Write ``rows`` as a tab-separated table (atomically)."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    lines = ["\t".join(COLUMNS)]
-    lines += ["\t".join(_cell(row[c]) for c in COLUMNS) for row in rows]
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(out)
-    return out
+    """Write ``rows`` as a tab-separated table with :data:`COLUMNS` (atomically)."""
+    return write_summary(rows, out, columns=COLUMNS)
 
 
 def main_ablations(argv: list[str] | None = None) -> int:

@@ -134,11 +134,15 @@ def _cell(value: Any) -> str:
     return str(value).replace("\t", " ").replace("\n", " ")
 
 
-def write_summary(rows: list[dict[str, Any]], out: str | Path) -> Path:
-    """Write rows as a tab-separated table (atomically)."""
+def write_summary(
+    rows: list[dict[str, Any]], out: str | Path, columns: Sequence[str] | None = None
+) -> Path:
+    """Write rows as a tab-separated table (atomically); ``columns`` default to the first
+    row's keys."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    columns = list(rows[0]) if rows else ["experiment", "run", *SUMMARY_METRICS]
+    if columns is None:
+        columns = list(rows[0]) if rows else ["experiment", "run", *SUMMARY_METRICS]
     lines = ["\t".join(columns)]
     lines += ["\t".join(_cell(row.get(c)) for c in columns) for row in rows]
     tmp = out.with_name(out.name + ".tmp")
