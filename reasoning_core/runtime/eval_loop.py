@@ -3,7 +3,9 @@
 :func:`evaluate_policy` is what the trainers' periodic evaluation and ``rrl eval``
 (:mod:`~reasoning_core.runtime.evaluate`, which re-exports it) both run: format a task's
 prompts, sample, grade with ``envs.grade_batch``, summarize (:mod:`.eval_report`) and, given
-the policy's Hugging Face module, the mean token entropy of the responses under it.
+the policy's Hugging Face module, the mean token entropy of the responses under it: from the
+entropies the engine returned with the tokens (hf, static) or, when it returned none (vLLM),
+from a second, no-gradient forward.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from tqdm import tqdm
 import envs
 from reasoning_core.runtime.batching import MicroBatchSize
 from reasoning_core.runtime.eval_report import category, summarize, warn_grading
-from reasoning_core.runtime.generations import mean_response_entropy
+from reasoning_core.runtime.generations import completion_entropy_sums, mean_response_entropy
 from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams
 
 
@@ -33,7 +35,8 @@ class EvalResult(NamedTuple):
     (share cut at ``max_tokens``), one count per category (``correct``, ``wrong_answer``,
     ``bad_format``), ``grade/timeouts`` and ``grade/errors`` (responses that scored 0 because
     grading timed out or raised; a warning goes to stderr when either is non-zero);
-    wall-clock under ``time/generate``, ``time/grade`` and ``time/entropy``.
+    wall-clock under ``time/generate``, ``time/grade`` and ``time/entropy`` (near 0 when the
+    engine returned the entropies).
     """
 
     summary: dict[str, Any]
@@ -60,7 +63,7 @@ def evaluate_policy(
     tokenizer: Any = None,
     entropy_micro_batch_size: int | MicroBatchSize = 8,
 ) -> EvalResult:
-    """Sample ``params.n`` responses per example and grade them.
+    r"""Sample ``params.n`` responses per example and grade them.
 
     Args:
         engine: any rollout engine (its current weights are evaluated; sync before calling).
@@ -74,10 +77,15 @@ def evaluate_policy(
         grade_timeout, num_workers: passed to ``envs.grade_batch`` (its defaults when None).
         progress: show a progress bar over examples (stderr).
         model, tokenizer: the Hugging Face policy being evaluated (the engine's weights) and
-            its tokenizer; when given, ``entropy`` is
-            :func:`~reasoning_core.runtime.generations.mean_response_entropy` of the responses
-            (one no-gradient forward, ``entropy_micro_batch_size`` responses at a time; it
-            draws no random numbers). Without them ``entropy`` is None.
+            its tokenizer; when given, ``entropy`` is the token-weighted mean entropy of the
+            responses, :math:`\sum_i S_i / \sum_i n_i` (None when no response has a token).
+            When every completion carries ``entropies`` (hf, static engines) the sums are
+            :func:`~reasoning_core.runtime.generations.completion_entropy_sums` (no forward;
+            the same response tokens, EOS excluded; it differs from the forward's value only
+            where the sampled ids are not the text's re-tokenization, and by float rounding);
+            otherwise :func:`~reasoning_core.runtime.generations.mean_response_entropy` (one
+            no-gradient forward, ``entropy_micro_batch_size`` responses at a time; it draws no
+            random numbers). Without them ``entropy`` is None.
     """
     t0 = time.perf_counter()
     prompts = [task.format_prompt(ex, template) for ex in examples]
@@ -130,7 +138,15 @@ def evaluate_policy(
     t2 = time.perf_counter()
     summary["entropy"] = None
     if model is not None:
-        summary["entropy"] = records_entropy(model, tokenizer, records, entropy_micro_batch_size)
+        flat = [c for outs in completions for c in outs]
+        engine_sums = completion_entropy_sums(tokenizer, flat)
+        if engine_sums is None:
+            summary["entropy"] = records_entropy(
+                model, tokenizer, records, entropy_micro_batch_size
+            )
+        else:
+            sums, counts = engine_sums
+            summary["entropy"] = sum(sums) / sum(counts) if sum(counts) else None
     summary["time/generate"] = t1 - t0
     summary["time/grade"] = t2 - t1
     summary["time/entropy"] = time.perf_counter() - t2

@@ -8,6 +8,8 @@ with :func:`reasoning_core.runtime.metrics.write_generations`).
 :func:`response_entropy_sums` is the no-gradient forward both use: per response, the sum of
 the policy's token entropy over its tokens and their count. :func:`mean_response_entropy`
 turns it into the token-weighted mean that every ``eval`` metrics line carries as ``entropy``.
+:func:`completion_entropy_sums` gives the same sums without a forward, from the entropies the
+hf and static engines return with each sampled token (:class:`~.rollout.Completion`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import envs
 from reasoning_core import get_response_log_probs, masked_normalize, tokenize_prompt_and_output
 from reasoning_core.runtime.batching import MicroBatchSize, with_micro_batch
 from reasoning_core.runtime.eval_report import is_one
+from reasoning_core.runtime.rollout import Completion
 
 
 @torch.no_grad()
@@ -77,6 +80,45 @@ def response_entropy_sums(
         return with_micro_batch(micro_batch_size, score)
     finally:
         model.train(was_training)
+
+
+def response_token_count(tokenizer: Any, completion: Completion) -> int:
+    """How many of ``completion.token_ids`` make up its ``text``: the shortest prefix whose
+    decoded text (``skip_special_tokens``, as the engines decode) starts with ``text``.
+
+    This drops what the response text does not contain, so that the tokens counted are the
+    ones :func:`response_entropy_sums` scores (it re-tokenizes the text): a trailing EOS, and
+    the tokens past the cut when a stop string is left out of the text. The token that
+    completes a kept stop string stays, even when its text runs past the stop string."""
+    ids, text = completion.token_ids, completion.text
+    k = len(ids)
+    while k > 0 and tokenizer.decode(ids[: k - 1], skip_special_tokens=True).startswith(text):
+        k -= 1
+    return k
+
+
+def completion_entropy_sums(
+    tokenizer: Any, completions: list[Completion]
+) -> tuple[list[float], list[int]] | None:
+    r"""Per completion ``i``: ``(S_i, n_i)`` as :func:`response_entropy_sums` gives them, but
+    from the engine's per-token ``entropies`` (no forward): ``n_i`` is
+    :func:`response_token_count` and ``S_i`` the sum of the first ``n_i`` entropies. None when
+    any completion has no ``entropies`` (the vLLM engine).
+
+    It differs from the forward's value only where the two score different tokens or round
+    differently: the sampled ids are scored, not the re-tokenized text (the same ids whenever
+    the sampled ones are the text's canonical tokenization; a random model's often are not),
+    and the engine's entropies come from a KV-cache decode, the forward's from one full pass
+    (float rounding only: at most 4e-6 per token in float32 on the test model)."""
+    if any(c.entropies is None for c in completions):
+        return None
+    sums: list[float] = []
+    counts: list[int] = []
+    for c in completions:
+        k = response_token_count(tokenizer, c)
+        sums.append(sum(c.entropies[:k]))
+        counts.append(k)
+    return sums, counts
 
 
 def mean_response_entropy(

@@ -18,6 +18,12 @@ All return, for every sampled token, its log-probability under the *unmodified* 
 importance ratios of GRPO need. At ``temperature=1, top_p=1`` these are exactly the sampling
 log-probs.
 
+The hf and static engines also return, for every sampled token, the entropy of that same raw
+distribution at its position, ``H_t = -sum_v p(v | x_<t) log p(v | x_<t)`` (``entropies``,
+aligned with ``token_ids``/``logprobs``): the evaluation's mean token entropy then needs no
+second forward pass. vLLM leaves it None (it returns only the top log-probs, not the whole
+distribution).
+
 Stop strings follow vLLM's semantics: the completion ends as soon as its decoded text contains a
 stop string; the text is cut after the stop string (``include_stop_str_in_output=True``) or
 before it; ``token_ids``/``logprobs`` keep every generated token (including the one that
@@ -77,13 +83,16 @@ class Completion:
     """One sampled continuation of a prompt.
 
     ``logprobs[i]`` is the log-probability of ``token_ids[i]`` under the raw policy (temperature
-    1, no top-p). ``finish_reason`` is ``"stop"`` (EOS or a stop string) or ``"length"``.
+    1, no top-p); ``entropies[i]`` (None when the engine cannot compute it) is the entropy in
+    nats of that distribution at the same position. ``finish_reason`` is ``"stop"`` (EOS or a
+    stop string) or ``"length"``.
     """
 
     text: str
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str
+    entropies: list[float] | None = None
 
 
 @runtime_checkable

@@ -97,6 +97,47 @@ def make_eos_lover(
     return eos_model
 
 
+# Words that are one token each and one pre-token each (a space, then letters or punctuation)
+# for both the in-process tokenizer and the Qwen2 one a saved folder loads as (it splits
+# digits apart): any sequence of them re-tokenizes to the same ids.
+CANONICAL_WORDS = [" x", " is", " +", " =", " *", " <"]
+
+
+def make_canonical_sampler(
+    model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, strength: float = 8.0
+) -> Qwen2ForCausalLM:
+    """A copy of ``model`` that samples only EOS and :data:`CANONICAL_WORDS`, so that a
+    response's text re-tokenizes to exactly its sampled ids (a random model's samples mostly
+    do not: byte pieces, odd splits). As in :func:`make_eos_lover`, a constant direction is
+    written into every token embedding; every other token's output row reads it out with
+    weight ``-strength``, which puts those tokens' logits ~400 below (probability exactly 0
+    in float32, so they are never drawn); the allowed rows ignore it."""
+    import copy
+
+    allowed = [int(tokenizer.eos_token_id)]
+    for word in CANONICAL_WORDS:
+        (token_id,) = tokenizer.encode(word, add_special_tokens=False)
+        allowed.append(token_id)
+    sampler = copy.deepcopy(model)
+    with torch.no_grad():
+        sampler.model.embed_tokens.weight[:, 0] = 1.0
+        sampler.model.norm.weight[0] = strength
+        column = sampler.lm_head.weight[:, 0]
+        column.fill_(-strength)
+        column[allowed] = 0.0
+    return sampler
+
+
+def save_canonical_model(path: str | Path, *, seed: int = 0) -> Path:
+    """Write tokenizer + :func:`make_canonical_sampler` of the tiny model to ``path``."""
+    path = Path(path)
+    tokenizer = build_tokenizer()
+    model = make_canonical_sampler(build_model(len(tokenizer), seed=seed), tokenizer)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
 @torch.no_grad()
 def reference_logprobs(model, prompt_ids: list[int], completion_ids: list[int]) -> torch.Tensor:
     """log p(completion token | prefix) from one plain forward pass (no cache)."""

@@ -4,6 +4,9 @@
 (token-weighted), with H_t = -sum_v p_v log p_v of the policy's next-token distribution at t.
 Each check recomputes it independently: one plain forward per (prompt, response) of a tiny
 Qwen2 (tests/tiny_model.py), a float64 softmax over the whole vocabulary, H summed by hand.
+The runs that sample with the hf engine take their value from the engine's per-token
+entropies; their model samples only tokens its text re-tokenizes to (``save_canonical_model``),
+so the hand computation over the re-tokenized responses scores the same tokens.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import math
 
 import pytest
 import torch
-from tiny_model import build_model, build_tokenizer, save_tiny_model
+from tiny_model import build_model, build_tokenizer, save_canonical_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import envs
@@ -116,7 +119,7 @@ def test_rrl_eval_lines_and_summary_carry_entropy(tmp_path, monkeypatch, example
     """The hf engine (the model it samples with) and a vLLM-like engine that holds no Hugging
     Face module (the model is loaded again from model_path) give the hand-computed entropy on
     the eval line and in summary.json; ``entropy: false`` writes null."""
-    model_dir = save_tiny_model(tmp_path / "model")
+    model_dir = save_canonical_model(tmp_path / "model")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     base = ["--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "limit=5"]
@@ -153,7 +156,7 @@ def test_rrl_eval_lines_and_summary_carry_entropy(tmp_path, monkeypatch, example
 def test_in_training_eval_lines_carry_entropy(tmp_path):
     """Every eval line of a trainer has ``entropy``; at step 0 the policy is the base model,
     so the value is the hand computation over that evaluation's generations."""
-    model_dir = save_tiny_model(tmp_path / "model")
+    model_dir = save_canonical_model(tmp_path / "model")
     cfg = {
         "model_path": str(model_dir),
         "task": "arithmetic",

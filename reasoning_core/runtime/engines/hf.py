@@ -9,7 +9,9 @@ returned log-probs, stop strings and ``min_tokens`` follow exactly the semantics
 - every decode step feeds one token per unfinished row through the model with the cache;
   finished rows are dropped from the batch (and the cache) as they finish;
 - ``logprobs`` are ``log_softmax`` of the raw logits at the sampled token (the policy's own
-  log-probs, independent of temperature/top-p/min_tokens);
+  log-probs, independent of temperature/top-p/min_tokens); ``entropies`` are
+  ``-sum(exp(logp) * logp)`` of that same ``log_softmax`` row (one extra elementwise pass over
+  the vocabulary per step, no extra forward);
 - sampling uses a ``torch.Generator`` seeded from ``params.seed``: same seed -> same outputs.
 """
 
@@ -207,6 +209,7 @@ class HFEngine:
         rows = num_prompts * n
         tokens: list[list[int]] = [[] for _ in range(rows)]
         logps: list[list[float]] = [[] for _ in range(rows)]
+        ents: list[list[float]] = [[] for _ in range(rows)]
         tails = [""] * rows
         done: list[Completion | None] = [None] * rows
         active = list(range(rows))  # row index of each batch position
@@ -223,27 +226,30 @@ class HFEngine:
                 logits = logits.index_fill(-1, eos, float("-inf"))
             sampled = sample_tokens(logits, params.temperature, params.top_p, generator)
             sampled_logp = logp.gather(-1, sampled[:, None]).squeeze(-1)
+            entropy = -(logp.exp() * logp).sum(-1)
             tok_list, lp_list = sampled.tolist(), sampled_logp.tolist()
+            ent_list = entropy.tolist()
 
             keep: list[int] = []
             for pos, row in enumerate(active):
                 tok = tok_list[pos]
                 tokens[row].append(tok)
                 logps[row].append(lp_list[pos])
+                ents[row].append(ent_list[pos])
                 finished = None
                 if tok in eos_set and step >= params.min_tokens:
-                    finished = self._finish(tokens[row], logps[row], "stop", params)
+                    finished = self._finish(tokens[row], logps[row], ents[row], "stop", params)
                 elif stops and len(tokens[row]) > params.min_tokens:
                     piece = self._piece(tok)
                     window = tails[row][-(max_stop - 1) :] if max_stop > 1 else ""
                     window += piece
                     if not ascii_stops or any(s in window for s in stops):
-                        finished = self._finish_on_stop(tokens[row], logps[row], params)
+                        finished = self._finish_on_stop(tokens[row], logps[row], ents[row], params)
                     tails[row] = window
                 elif stops:
                     tails[row] = (tails[row] + self._piece(tok))[-max_stop:]
                 if finished is None and len(tokens[row]) >= params.max_tokens:
-                    finished = self._finish(tokens[row], logps[row], "length", params)
+                    finished = self._finish(tokens[row], logps[row], ents[row], "length", params)
                 if finished is None:
                     keep.append(pos)
                 else:
@@ -271,7 +277,12 @@ class HFEngine:
         return [completions[i * n : (i + 1) * n] for i in range(num_prompts)]
 
     def _finish(
-        self, tokens: list[int], logps: list[float], reason: str, params: SamplingParams
+        self,
+        tokens: list[int],
+        logps: list[float],
+        ents: list[float],
+        reason: str,
+        params: SamplingParams,
     ) -> Completion:
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
         if params.stop:
@@ -281,18 +292,26 @@ class HFEngine:
             if cut is not None:
                 text = cut
         return Completion(
-            text=text, token_ids=list(tokens), logprobs=list(logps), finish_reason=reason
+            text=text,
+            token_ids=list(tokens),
+            logprobs=list(logps),
+            finish_reason=reason,
+            entropies=list(ents),
         )
 
     def _finish_on_stop(
-        self, tokens: list[int], logps: list[float], params: SamplingParams
+        self, tokens: list[int], logps: list[float], ents: list[float], params: SamplingParams
     ) -> Completion | None:
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
         cut = self._find_stop(text, tokens, params)
         if cut is None:
             return None
         return Completion(
-            text=cut, token_ids=list(tokens), logprobs=list(logps), finish_reason="stop"
+            text=cut,
+            token_ids=list(tokens),
+            logprobs=list(logps),
+            finish_reason="stop",
+            entropies=list(ents),
         )
 
     def _find_stop(self, text: str, tokens: list[int], params: SamplingParams) -> str | None:

@@ -326,7 +326,8 @@ def _frequencies(temperature, top_p, probs=(0.5, 0.3, 0.2), rows=20000):
     params = SamplingParams(temperature=temperature, top_p=top_p, stop=[])
     count = torch.zeros(rows, dtype=torch.long)
     no_eos = torch.zeros(len(probs), dtype=torch.bool)
-    tokens, logp = sample_on_device(logits, count, no_eos, params, torch.Generator().manual_seed(0))
+    gen = torch.Generator().manual_seed(0)
+    tokens, logp, _ = sample_on_device(logits, count, no_eos, params, gen)
     torch.testing.assert_close(logp, torch.tensor(probs).log()[tokens])
     return torch.bincount(tokens, minlength=len(probs)).float() / rows
 
@@ -352,12 +353,16 @@ def test_device_sampling_masks_eos_per_row_below_min_tokens():
     eos = torch.tensor([True, False, False])
     count = torch.tensor([0, 2, 3, 7])
     params = SamplingParams(temperature=0.0, max_tokens=8, min_tokens=3, stop=[])
-    tokens, logp = sample_on_device(logits, count, eos, params, None)
+    tokens, logp, entropy = sample_on_device(logits, count, eos, params, None)
     assert tokens[:2].tolist() != [0, 0] and 0 not in tokens[:2].tolist()
     assert tokens[2:].tolist() == [0, 0]
     torch.testing.assert_close(
         logp, torch.log_softmax(logits, -1).gather(-1, tokens[:, None])[:, 0]
     )
+    # every row's entropy is the raw distribution's, whether EOS was masked for it or not
+    p = torch.tensor([5.0, 0.0, 0.0], dtype=torch.float64).softmax(-1)
+    expected = float(-(p * p.log()).sum())
+    torch.testing.assert_close(entropy, torch.full((4,), expected, dtype=torch.float32))
 
 
 def test_row_buckets_and_cache_size(model):

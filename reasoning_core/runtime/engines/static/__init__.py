@@ -35,8 +35,9 @@ call with no copy) through a decode loop written for fixed shapes:
   ``argmax(p / E)`` with ``E ~ Exp(1)`` (which is how ``torch.multinomial`` draws one sample,
   without its host sync); EOS is masked for rows with fewer than ``min_tokens`` tokens; the
   log-prob returned is ``logits[token] - logsumexp(logits)`` of the raw logits (temperature 1,
-  no top-p). One ``torch.Generator`` seeded from ``params.seed`` drives every draw.
-- **Host side, one step behind.** Token ids and log-probs are copied to pinned host memory
+  no top-p), the entropy returned that raw distribution's (the ``logsumexp`` shared). One
+  ``torch.Generator`` seeded from ``params.seed`` drives every draw.
+- **Host side, one step behind.** Token ids, log-probs and entropies are copied to pinned host memory
   asynchronously; the host appends them, watches EOS, ``max_tokens`` and stop strings (vLLM's
   semantics, as the HF engine) for step ``t`` while the GPU runs step ``t + 1``.
 

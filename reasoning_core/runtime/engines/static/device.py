@@ -60,6 +60,7 @@ class DeviceMixin:
                 (
                     torch.empty(rows, dtype=torch.long, pin_memory=True),
                     torch.empty(rows, dtype=torch.float32, pin_memory=True),
+                    torch.empty(rows, dtype=torch.float32, pin_memory=True),
                     torch.cuda.Event(),
                 )
                 for _ in range(2)

@@ -77,8 +77,10 @@ def sample_on_device(
         generator: the call's generator (None: torch's default one).
 
     Returns:
-        ``(tokens, logprobs)``, both (rows,): the sampled ids and
-        ``logits[token] - logsumexp(logits)`` (float32), the raw policy's log-probability.
+        ``(tokens, logprobs, entropies)``, each (rows,): the sampled ids,
+        ``logits[token] - logsumexp(logits)`` (float32), the raw policy's log-probability, and
+        that raw distribution's entropy ``-sum_v p_v log p_v`` with
+        ``log p = logits - logsumexp(logits)`` (float32; the ``logsumexp`` is shared).
     """
     logits = logits.float()
     masked = logits
@@ -98,8 +100,11 @@ def sample_on_device(
             tokens = order.gather(-1, choice[:, None]).squeeze(-1)
         else:
             tokens = _exponential_race(probs, generator)
-    logp = logits.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-    return tokens, logp
+    lse = torch.logsumexp(logits, dim=-1)
+    logp = logits.gather(-1, tokens[:, None]).squeeze(-1) - lse
+    logp_all = logits - lse[:, None]
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return tokens, logp, entropy
 
 
 def _exponential_race(weights: Tensor, generator: torch.Generator | None) -> Tensor:

@@ -34,6 +34,7 @@ class _Sample:
 
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
     tail: str = ""  # the last characters of the text, to spot a stop string cheaply
     done: Completion | None = None
 
@@ -50,10 +51,14 @@ class TextMixin:
             )
         return self._token_text[token_id] if token_id < len(self._token_text) else ""
 
-    def _advance(self, sample: _Sample, tok: int, logp: float, params: SamplingParams) -> bool:
-        """Append one token to ``sample``; True when that finished it (``sample.done`` set)."""
+    def _advance(
+        self, sample: _Sample, tok: int, logp: float, entropy: float, params: SamplingParams
+    ) -> bool:
+        """Append one token (its log-prob and entropy) to ``sample``; True when that finished it
+        (``sample.done`` set)."""
         sample.tokens.append(tok)
         sample.logprobs.append(logp)
+        sample.entropies.append(entropy)
         count = len(sample.tokens)
         stops = params.stop
         if tok in self.eos_ids and count > params.min_tokens:
@@ -90,4 +95,5 @@ class TextMixin:
             token_ids=list(sample.tokens),
             logprobs=list(sample.logprobs),
             finish_reason=reason,
+            entropies=list(sample.entropies),
         )
