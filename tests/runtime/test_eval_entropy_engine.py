@@ -12,9 +12,11 @@ value must equal the forward over the sampled ids.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 
 import pytest
 import torch
+from project_root import ROOT
 from tiny_model import build_model, build_tokenizer, make_canonical_sampler
 
 import envs
@@ -25,19 +27,19 @@ from reasoning_core.runtime.eval_loop import evaluate_policy
 from reasoning_core.runtime.rollout import Completion, SamplingParams
 
 
-class WithoutEntropies:
-    """The wrapped engine with ``entropies`` dropped from its completions (as vLLM returns
-    them), so ``evaluate_policy`` runs the second forward on the very same samples."""
+def load_benchmark():
+    spec = importlib.util.spec_from_file_location(
+        "eval_entropy", ROOT / "benchmarks" / "eval_entropy.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    def __init__(self, engine):
-        self.engine = engine
 
-    def generate(self, prompts, params):
-        out = self.engine.generate(prompts, params)
-        return [[dataclasses.replace(c, entropies=None) for c in group] for group in out]
-
-    def sync_weights(self, model):
-        self.engine.sync_weights(model)
+# The benchmark's old path (the engine with ``entropies`` dropped from its completions, as vLLM
+# returns them), so ``evaluate_policy`` runs the second forward on the very same samples; the
+# tests below also check what benchmarks/eval_entropy.py compares.
+WithoutEntropies = load_benchmark().WithoutEntropies
 
 
 class Recording:

@@ -17,8 +17,6 @@ from tiny_model import (
     LONG_PROMPT,
     PROMPTS,
     ascii_stop_from,
-    build_model,
-    build_tokenizer,
     make_eos_lover,
     reference_logprobs,
 )
@@ -28,16 +26,6 @@ from reasoning_core.runtime.engines import make_engine
 from reasoning_core.runtime.rollout import SamplingParams
 
 ALL_PROMPTS = PROMPTS + [LONG_PROMPT]
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def model(tokenizer):
-    return build_model(len(tokenizer))
 
 
 @torch.no_grad()

@@ -9,7 +9,6 @@ from tiny_model import (
     PROMPTS,
     ascii_stop_from,
     build_model,
-    build_tokenizer,
     make_eos_lover,
     reference_logprobs,
 )
@@ -19,16 +18,6 @@ from reasoning_core.runtime.engines.hf import sample_tokens
 from reasoning_core.runtime.rollout import Completion, SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24, stop=[])
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def model(tokenizer):
-    return build_model(len(tokenizer))
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,6 @@ from tiny_model import (
     PROMPTS,
     ascii_stop_from,
     build_model,
-    build_tokenizer,
     make_eos_lover,
     reference_logprobs,
     save_tiny_model,
@@ -37,16 +36,6 @@ from reasoning_core.runtime.rollout import Completion, RolloutEngine, SamplingPa
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24, stop=[])
 ALL_PROMPTS = PROMPTS + [LONG_PROMPT]
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def model(tokenizer):
-    return build_model(len(tokenizer))
 
 
 @pytest.fixture(scope="module")
