@@ -4,19 +4,13 @@ and the entropy difference it prints equal to the two values it prints."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
-from project_root import ROOT
+from project_root import load_script
 
 
 def load_benchmark():
-    spec = importlib.util.spec_from_file_location(
-        "eval_entropy", ROOT / "benchmarks" / "eval_entropy.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/eval_entropy.py")
 
 
 def test_quick_run_compares_both_paths_on_the_same_samples(capsys):

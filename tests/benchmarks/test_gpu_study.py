@@ -5,24 +5,19 @@ script runs end to end with ``--tiny`` (about 10 minutes on the 2-core machine),
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 
 import yaml
-from project_root import ROOT
+from project_root import ROOT, load_script
 from snakemake_runs import known_settings, planned_jobs, resources, snakemake
 
 
 def _load_gpu_study():
     """benchmarks/gpu_study.py as the module ``gpu_study`` (a script, not a package module)."""
-    spec = importlib.util.spec_from_file_location("gpu_study", ROOT / "benchmarks/gpu_study.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_study"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/gpu_study.py")
 
 
 gpu_study = _load_gpu_study()

@@ -4,22 +4,16 @@ GRPO setting sort_micro_batches is deterministic (two runs, identical metrics ap
 
 from __future__ import annotations
 
-import importlib.util
 import re
 
 import pytest
-from project_root import ROOT
+from project_root import load_script
 
 from reasoning_core.runtime.tinyworld import main as tiny_world_main
 
 
 def study_speed():
-    spec = importlib.util.spec_from_file_location(
-        "study_speed", ROOT / "benchmarks" / "study_speed.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/study_speed.py")
 
 
 def ratios(text: str) -> list[float]:

@@ -1,18 +1,13 @@
 """The mutant list stays applicable as the code moves: every snippet is found exactly once in
 its file and every named test file exists (run_mutants.load_mutants checks both)."""
 
-import importlib.util
 from pathlib import Path
 
-from project_root import ROOT
+from project_root import ROOT, load_script
 
 
 def load_runner():
-    path = Path(__file__).with_name("run_mutants.py")
-    spec = importlib.util.spec_from_file_location("run_mutants", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(Path(__file__).with_name("run_mutants.py"))
 
 
 def test_every_mutant_applies_to_the_current_code():

@@ -12,11 +12,10 @@ value must equal the forward over the sampled ids.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 
 import pytest
 import torch
-from project_root import ROOT
+from project_root import load_script
 from tiny_model import build_model, build_tokenizer, make_canonical_sampler
 
 import envs
@@ -28,12 +27,7 @@ from reasoning_core.runtime.rollout import Completion, SamplingParams
 
 
 def load_benchmark():
-    spec = importlib.util.spec_from_file_location(
-        "eval_entropy", ROOT / "benchmarks" / "eval_entropy.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/eval_entropy.py")
 
 
 # The benchmark's old path (the engine with ``entropies`` dropped from its completions, as vLLM

