@@ -4,10 +4,12 @@ Parts (``--parts``, all by default), each A/B interleaved in rounds, load record
 (the development machine is shared, so every ratio is taken within one round):
 
 * ``parallel``: job-level parallelism on the study's own GRPO job (the committed
-  ``results/grpo/default/config.yaml``, shortened to ``--grpo-steps``). Two runs (seeds 0
-  and 1) one after the other with one torch thread each; the same two at once (two
-  processes, one thread each); and one after the other with two threads each. Throughput =
-  2 runs / wall seconds; ratio = throughput over that of the first mode in the same round.
+  ``results/grpo/default/seed~0/config.yaml``, shortened to ``--grpo-steps``). Two runs
+  (seeds 0 and 1) one after the other with one torch thread each (``seq1``); the same two at
+  once (two processes, one thread each, ``conc1``); one after the other with two threads each
+  (``seq2``); and at once with the static KV-cache engine (``engine: static``, 128 rows)
+  instead of the HF engine for rollouts and evaluations (``conc1_static``). Throughput = 2
+  runs / wall seconds; ratio = throughput over that of ``seq1`` in the same round.
 * ``order``: the GRPO setting ``sort_micro_batches`` (rows of a train batch sorted by length
   before they are cut into micro batches, so a micro batch pads to a near-equal longest row).
   Runs off, on, on again (interleaved); ratio of the summed ``time/train``; the two "on" runs
@@ -37,8 +39,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-GRPO_CONFIG = ROOT / "results" / "grpo" / "default" / "config.yaml"
+GRPO_CONFIG = ROOT / "results" / "grpo" / "default" / "seed~0" / "config.yaml"
 PARTS = ("parallel", "order", "pretrain")
+# The parallel part's modes: (runs at once, torch threads per run, settings changed).
+MODES = {
+    "seq1": (False, 1, {}),
+    "conc1": (True, 1, {}),
+    "seq2": (False, 2, {}),
+    "conc1_static": (True, 1, {"engine": "static", "engine_kwargs": {"max_batch_size": 128}}),
+}
 # The tiny mode's GRPO: one step of 8 rollouts, 8 eval problems, 8 new tokens.
 TINY_GRPO = {
     "rollout_batch_size": 8,
@@ -89,17 +98,15 @@ def wait_all(procs: list[tuple[subprocess.Popen, Path]]) -> None:
 
 
 def run_mode(args, folder: Path, mode: str) -> float:
-    """Wall seconds of two GRPO runs (seeds 0 and 1) in ``mode``: ``seq1`` (one after the
-    other, one thread), ``conc1`` (at once, one thread each), ``seq2`` (one after the other,
-    two threads)."""
-    threads = 2 if mode == "seq2" else 1
+    """Wall seconds of two GRPO runs (seeds 0 and 1) in ``mode`` (one of :data:`MODES`)."""
+    at_once, threads, extra = MODES[mode]
     t0 = time.perf_counter()
     procs = []
     for seed in (0, 1):
         out = folder / f"{mode}_seed{seed}"
-        cmd = grpo_command(args, out, seed=seed, threads=threads, extra={})
+        cmd = grpo_command(args, out, seed=seed, threads=threads, extra=extra)
         procs.append((start(cmd, threads, folder / f"{mode}_seed{seed}.log"), out))
-        if mode != "conc1":
+        if not at_once:
             wait_all(procs[-1:])
     wait_all(procs)
     return time.perf_counter() - t0
@@ -107,14 +114,15 @@ def run_mode(args, folder: Path, mode: str) -> float:
 
 def part_parallel(args) -> None:
     modes = args.modes.split(",")
-    if modes[0] != "seq1" or not set(modes) <= {"seq1", "conc1", "seq2"}:
+    if modes[0] != "seq1" or not set(modes) <= set(MODES):
         raise SystemExit(
-            f"--modes {args.modes!r}: seq1 first (the baseline), then conc1 and/or seq2"
+            f"--modes {args.modes!r}: seq1 first (the baseline), then any of {list(MODES)[1:]}"
         )
     names = {
         "seq1": "2 runs one after the other, 1 thread each",
         "conc1": "2 runs at once, 1 thread each",
         "seq2": "2 runs one after the other, 2 threads each",
+        "conc1_static": "2 runs at once, 1 thread each, static engine (128 rows)",
     }
     print(f"## parallel: GRPO default, {args.grpo_steps} steps, seeds 0 and 1")
     ratios: dict[str, list[float]] = {m: [] for m in modes}
@@ -125,7 +133,7 @@ def part_parallel(args) -> None:
             before = load()
             walls[mode] = run_mode(args, args.out / "parallel" / f"round{r}", mode)
             print(
-                f"round {r} {mode:5s} wall {walls[mode]:7.1f} s  "
+                f"round {r} {mode:12s} wall {walls[mode]:7.1f} s  "
                 f"throughput {2 / walls[mode] * 3600:6.1f} runs/h  load before {before} "
                 f"after {load()}  ({names[mode]})",
                 flush=True,
@@ -275,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument(
         "--modes",
-        default="seq1,conc1,seq2",
+        default="seq1,conc1,seq2,conc1_static",
         help="parallel part: comma list, seq1 (baseline) first",
     )
     p.add_argument("--pretrain-batches", type=int, default=6)
