@@ -7,9 +7,10 @@ Parts (``--parts``, all by default), each A/B interleaved in rounds, load record
   ``results/grpo/default/seed~0/config.yaml``, shortened to ``--grpo-steps``). Two runs
   (seeds 0 and 1) one after the other with one torch thread each (``seq1``); the same two at
   once (two processes, one thread each, ``conc1``); one after the other with two threads each
-  (``seq2``); and at once with the static KV-cache engine (``engine: static``, 128 rows)
-  instead of the HF engine for rollouts and evaluations (``conc1_static``). Throughput = 2
-  runs / wall seconds; ratio = throughput over that of ``seq1`` in the same round.
+  (``seq2``); and at once with the HF engine (``conc1_hf``) or the static KV-cache engine at
+  128 rows (``conc1_static``) for rollouts and evaluations, whatever the config says (the study
+  used the HF engine until 2026-12-01, the static one since). Throughput = 2 runs / wall
+  seconds; ratio = throughput over that of ``seq1`` in the same round.
 * ``order``: the GRPO setting ``sort_micro_batches`` (rows of a train batch sorted by length
   before they are cut into micro batches, so a micro batch pads to a near-equal longest row).
   Runs off, on, on again (interleaved); ratio of the summed ``time/train``; the two "on" runs
@@ -46,6 +47,7 @@ MODES = {
     "seq1": (False, 1, {}),
     "conc1": (True, 1, {}),
     "seq2": (False, 2, {}),
+    "conc1_hf": (True, 1, {"engine": "hf", "engine_kwargs": {}}),
     "conc1_static": (True, 1, {"engine": "static", "engine_kwargs": {"max_batch_size": 128}}),
 }
 # The tiny mode's GRPO: one step of 8 rollouts, 8 eval problems, 8 new tokens.
@@ -122,6 +124,7 @@ def part_parallel(args) -> None:
         "seq1": "2 runs one after the other, 1 thread each",
         "conc1": "2 runs at once, 1 thread each",
         "seq2": "2 runs one after the other, 2 threads each",
+        "conc1_hf": "2 runs at once, 1 thread each, HF engine",
         "conc1_static": "2 runs at once, 1 thread each, static engine (128 rows)",
     }
     print(f"## parallel: GRPO default, {args.grpo_steps} steps, seeds 0 and 1")
@@ -283,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument(
         "--modes",
-        default="seq1,conc1,seq2,conc1_static",
+        default="seq1,conc1,seq2,conc1_hf,conc1_static",
         help="parallel part: comma list, seq1 (baseline) first",
     )
     p.add_argument("--pretrain-batches", type=int, default=6)

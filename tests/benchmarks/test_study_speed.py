@@ -42,6 +42,6 @@ def test_order_and_parallel_parts_run_and_sorting_is_deterministic(tmp_path, cap
     assert study_speed().main(argv + ["--out", str(tmp_path / "runs")]) == 0
     out = capsys.readouterr().out
     assert "on and on_again metrics identical apart from time/ keys: True" in out
-    for mode in ("seq1", "conc1", "seq2", "conc1_static"):
+    for mode in ("seq1", "conc1", "seq2", "conc1_hf", "conc1_static"):
         assert re.search(rf"throughput ratio {mode} / seq1: \d+\.\d\d", out), out
-    assert len(ratios(out)) == 6 and all(r > 0 for r in ratios(out)), out
+    assert len(ratios(out)) == 7 and all(r > 0 for r in ratios(out)), out
