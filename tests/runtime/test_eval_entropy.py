@@ -19,7 +19,6 @@ import torch
 from tiny_model import build_model, build_tokenizer, save_canonical_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import envs
 from reasoning_core.runtime import evaluate, generations, sft
 from reasoning_core.runtime.eval_loop import evaluate_policy
 from reasoning_core.runtime.metrics import read_metrics
@@ -71,11 +70,6 @@ TEXTS = [
     " x",
     " The answer is \\boxed{7}. Let x = 3, then x + 4 = 7. </think> <answer>7</answer>",
 ]
-
-
-@pytest.fixture(scope="module")
-def task():
-    return envs.get_task("arithmetic")
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ import torch
 from project_root import load_script
 from tiny_model import build_model, build_tokenizer, make_canonical_sampler
 
-import envs
 from reasoning_core import get_response_log_probs
 from reasoning_core.runtime import generations
 from reasoning_core.runtime.engines import make_engine
@@ -55,11 +54,6 @@ class Recording:
 @pytest.fixture(scope="module")
 def tokenizer():
     return build_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def task():
-    return envs.get_task("arithmetic")
 
 
 @pytest.fixture(scope="module")

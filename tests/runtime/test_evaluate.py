@@ -8,7 +8,6 @@ import pytest
 import torch
 from tiny_model import build_model, build_tokenizer, save_tiny_model
 
-import envs
 from reasoning_core.runtime import evaluate, generations
 from reasoning_core.runtime.rollout import Completion, SamplingParams
 
@@ -33,11 +32,6 @@ class ScriptedEngine:
 
     def sync_weights(self, model):
         pass
-
-
-@pytest.fixture(scope="module")
-def task():
-    return envs.get_task("arithmetic")
 
 
 @pytest.fixture(scope="module")
