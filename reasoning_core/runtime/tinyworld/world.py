@@ -52,7 +52,7 @@ class TinyWorldConfig:
     # Two torch threads: no other job runs while the base model builds; measured 2.06x per step
     # on a 2-core machine (benchmarks/study_speed.txt). The rounding is not one thread's: equal
     # over the benchmark's 6 steps, the 2,000-step base differs from step 10 on (loss
-    # 5.72825937 against 5.72825942) and evaluates at 18.6% zero-shot, not 23.4%.
+    # 5.72825937 against 5.72825942) and evaluates at 18.6% zero-shot, not 23.4% (HF engine).
     num_threads: int = 2
     # corpus
     r1_fraction: float = 0.8
