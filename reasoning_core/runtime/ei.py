@@ -11,7 +11,8 @@ rewards (``reward``, ``format_reward``, ``answer_reward``), ``kept`` examples, t
 whose grading timed out or raised (``grade/timeouts``, ``grade/errors``; repeated on the
 iteration's optimizer-step lines, so every train line carries them), and, under
 ``rollout/``, the response length and the mean token entropy of the sampled responses under
-the policy that sampled them. Per optimizer step: ``loss``, ``grad_norm``, ``entropy`` (of the
+the policy that sampled them (the engine's per-token entropies when it returns them, as the hf
+and static engines do; else a no-gradient forward). Per optimizer step: ``loss``, ``grad_norm``, ``entropy`` (of the
 kept responses being trained on), ``response_length``, ``lr``.
 
 Run: ``rrl ei --config workflow/config/methods/tiny.yaml --set model_path=... --out DIR``.
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 
 from reasoning_core.runtime.batching import MicroBatchSize, tokenize_pairs
 from reasoning_core.runtime.config import ConfigError
+from reasoning_core.runtime.generations import completion_entropy_sums
 from reasoning_core.runtime.rng import Stream, step_rng
 from reasoning_core.runtime.run import (
     after_iteration,
@@ -123,8 +125,15 @@ def train(cfg: EIConfig, out: str) -> dict:
             "rollout/response_length": ro.mean_length,
         }
         if cfg.log_rollout_entropy:
-            rollout_tokens = tokenize_pairs(ro.prompts, ro.responses, t.tokenizer)
-            line["rollout/entropy"] = response_entropy(t.model, rollout_tokens, device, score_micro)
+            engine_sums = completion_entropy_sums(t.tokenizer, ro.completions)
+            if engine_sums is not None:  # hf, static: the entropies the engine sampled with
+                sums, counts = engine_sums
+                line["rollout/entropy"] = sum(sums) / max(1, sum(counts))
+            else:  # vLLM returns none: one no-gradient forward over the rollouts
+                rollout_tokens = tokenize_pairs(ro.prompts, ro.responses, t.tokenizer)
+                line["rollout/entropy"] = response_entropy(
+                    t.model, rollout_tokens, device, score_micro
+                )
             line["time/entropy"] = time.perf_counter() - t_graded
         t.run.log({**line, **ro.seconds}, step=step, split="train")
         # 3. SFT on the kept pairs: sft_epochs epochs, each in a new order.

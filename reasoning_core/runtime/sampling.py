@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import envs
 from envs.grader import METRIC_KEYS as GRADE_KEYS  # ("grade/timeouts", "grade/errors")
 from reasoning_core.runtime.config import ConfigError
 from reasoning_core.runtime.rng import Stream, step_rng, step_seed
-from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams
+from reasoning_core.runtime.rollout import Completion, RolloutEngine, SamplingParams
 
 
 def rollout_params(cfg: Any) -> SamplingParams:
@@ -99,7 +99,8 @@ class RolloutBatch:
     """Graded rollouts, one entry per response (``group_size`` consecutive ones per question).
 
     ``prompts``/``ground_truths`` repeat each question's; ``lengths`` are response tokens;
-    ``scores`` the reward dicts (an ``envs.GradeResults``, see :attr:`grade_metrics`).
+    ``scores`` the reward dicts (an ``envs.GradeResults``, see :attr:`grade_metrics`);
+    ``completions`` the engine's outputs in the same order (token ids, log-probs, entropies).
     ``seconds`` holds the wall-clock of the weight sync, the sampling and the grading under
     ``time/sync``, ``time/rollout``, ``time/grade``."""
 
@@ -109,6 +110,7 @@ class RolloutBatch:
     lengths: list[int]
     scores: list[dict]
     seconds: dict[str, float]
+    completions: list[Completion] = field(default_factory=list)
 
     @property
     def rewards(self) -> list[float]:
@@ -155,6 +157,7 @@ def sample_and_grade(
             batch.responses.append(completion.text)
             batch.ground_truths.append(question.ground_truth)
             batch.lengths.append(len(completion.token_ids))
+            batch.completions.append(completion)
     batch.scores = grade(rollouts.reward_fn, batch.responses, batch.ground_truths)
     batch.seconds = {
         "time/sync": t1 - t0,

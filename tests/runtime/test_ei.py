@@ -3,6 +3,8 @@ trains on them."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import scripted_rollouts
 from micro_world import (
@@ -13,8 +15,9 @@ from micro_world import (
     run_trainer,
     train_lines,
 )
+from transformers import AutoTokenizer
 
-from reasoning_core.runtime import ei, sampling
+from reasoning_core.runtime import ei, generations, sampling, updates
 
 
 def test_ei_loss_is_divided_by_its_normalize_constant(world, tmp_path, monkeypatch):
@@ -61,3 +64,48 @@ def test_ei_trains_on_the_correct_rollouts_for_every_sft_epoch(world, tmp_path, 
             for i in args[4]
         ]
         assert sorted(rows) == list(range(len(correct))), epoch
+
+
+def test_ei_rollout_entropy_comes_from_the_engine_or_else_a_forward(world, tmp_path, monkeypatch):
+    """``rollout/entropy`` is the token-weighted mean of the engine's per-token entropies over
+    each response's tokens (no forward) when the engine returns them; an engine that returns
+    none (vLLM) gets the no-gradient forward over the re-tokenized rollouts instead."""
+    cfg = {**EI, **QUIET, "n_ei_steps": 1, "ei_batch_size": 4, "sampling_max_tokens": 8}
+    batches: list[sampling.RolloutBatch] = []
+
+    def keep(*args, **kwargs):
+        ro = sampling.sample_and_grade(*args, **kwargs)
+        batches.append(ro)
+        return ro
+
+    monkeypatch.setattr(ei, "sample_and_grade", keep)
+    forwards: list[float] = []
+
+    def forward(*args, **kwargs):
+        forwards.append(updates.response_entropy(*args, **kwargs))
+        return forwards[-1]
+
+    monkeypatch.setattr(ei, "response_entropy", forward)
+    line = train_lines(run_trainer(ei, cfg, world, tmp_path / "engine"))[0]
+    (ro,) = batches
+    assert forwards == []
+    assert len(ro.completions) == len(ro.responses) == 16
+    assert all(c.entropies is not None for c in ro.completions)
+    tokenizer = AutoTokenizer.from_pretrained(world)
+    sums = counts = 0.0
+    for c, text in zip(ro.completions, ro.responses, strict=True):
+        assert c.text == text
+        k = generations.response_token_count(tokenizer, c)
+        sums, counts = sums + sum(c.entropies[:k]), counts + k
+    assert counts > 0
+    assert line["rollout/entropy"] == pytest.approx(sums / counts, rel=1e-9)
+
+    def without_entropies(*args, **kwargs):
+        ro = sampling.sample_and_grade(*args, **kwargs)
+        ro.completions = [dataclasses.replace(c, entropies=None) for c in ro.completions]
+        return ro
+
+    monkeypatch.setattr(ei, "sample_and_grade", without_entropies)
+    line = train_lines(run_trainer(ei, cfg, world, tmp_path / "forward"))[0]
+    assert len(forwards) == 1  # the rollouts scored by the policy's forward
+    assert line["rollout/entropy"] == forwards[0] > 0
