@@ -20,7 +20,11 @@ from typing import Any, TypeVar
 
 import torch
 
-from reasoning_core import get_response_log_probs, tokenize_prompt_and_output
+from reasoning_core import (
+    get_response_log_probs,
+    log_probs_from_logits,
+    tokenize_prompt_and_output,
+)
 from reasoning_core.runtime.policy import training_forward
 
 T = TypeVar("T")
@@ -62,17 +66,112 @@ def micro_batches(
 
 
 def policy_log_probs(
-    model: Any, micro: dict[str, torch.Tensor], device: torch.device, *, with_entropy: bool = True
+    model: Any,
+    micro: dict[str, torch.Tensor],
+    device: torch.device,
+    *,
+    with_entropy: bool = True,
+    share_prompts: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and token entropy) of ``micro``'s labels under ``model``, on ``device``,
-    through :func:`~reasoning_core.runtime.policy.training_forward`; each (batch, seq)."""
+    through :func:`~reasoning_core.runtime.policy.training_forward`; each (batch, seq).
+
+    ``share_prompts``: :func:`shared_prompt_log_probs` (each distinct prompt computed once);
+    its values at prompt and padding positions are 0, the response positions' are the same up
+    to float rounding."""
+    forward = training_forward(model)
+    input_ids, labels = micro["input_ids"].to(device), micro["labels"].to(device)
+    if share_prompts:
+        mask = micro["response_mask"].to(device)
+        return shared_prompt_log_probs(forward, input_ids, labels, mask, with_entropy=with_entropy)
     out = get_response_log_probs(
-        model=training_forward(model),
-        input_ids=micro["input_ids"].to(device),
-        labels=micro["labels"].to(device),
-        return_token_entropy=with_entropy,
+        model=forward, input_ids=input_ids, labels=labels, return_token_entropy=with_entropy
     )
     return out["log_probs"], out.get("token_entropy")
+
+
+def shared_prompt_log_probs(
+    model: Any,
+    input_ids: torch.Tensor,
+    labels: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    with_entropy: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """What ``get_response_log_probs`` gives at the response positions of a
+    :func:`tokenize_pairs` batch, with each distinct prompt run through ``model`` once.
+
+    GRPO's ``group_size`` responses to one question share its prompt, which is about half of
+    each row in the tiny world. Here the distinct prompts go through the model once (right
+    padded, with their KV cache), the cache is repeated for the rows that share each prompt,
+    and the responses run on top of it with their own positions; the first response token is
+    scored by the prompt's last logits. Gradients flow through both forwards, so a prompt's
+    activations get the summed gradient of all its responses: the same loss and gradient as
+    the full forward, up to float rounding (summation order), for fewer computed tokens.
+
+    Returns (batch, seq) log-probs and entropies (None unless ``with_entropy``) laid out as
+    ``labels``: response positions filled, every other position 0 (the callers mask them).
+    A row's prompt is its tokens before its first response token; rows without response
+    tokens score nothing."""
+    rows, width = labels.shape
+    dev = labels.device
+    counts = response_mask.sum(dim=1)
+    has = counts > 0
+    if not bool(has.any()):
+        zeros = torch.zeros(rows, width, device=dev)
+        return zeros, (zeros.clone() if with_entropy else None)
+    # The prompt of row i is input_ids[i, :p_i], p_i = 1 + the label index of its first
+    # response token (labels[t] is token t + 1 of the sequence).
+    starts = torch.where(has, response_mask.float().argmax(dim=1) + 1, torch.ones_like(counts))
+    starts_l = starts.tolist()
+    index: dict[tuple[int, ...], int] = {}
+    group = []
+    for i in range(rows):
+        key = tuple(input_ids[i, : starts_l[i]].tolist())
+        group.append(index.setdefault(key, len(index)))
+    prompts = list(index)
+    plen = torch.tensor([len(k) for k in prompts], device=dev)
+    prompt_ids = torch.zeros(len(prompts), int(plen.max()), dtype=torch.long, device=dev)
+    prompt_attn = torch.zeros_like(prompt_ids)
+    for u, key in enumerate(prompts):
+        prompt_ids[u, : len(key)] = torch.tensor(key, dtype=torch.long)
+        prompt_attn[u, : len(key)] = 1
+    from transformers import DynamicCache  # the shell's models are Hugging Face ones
+
+    head = model(input_ids=prompt_ids, attention_mask=prompt_attn, use_cache=True)
+    g = torch.tensor(group, dtype=torch.long, device=dev)
+    cache = DynamicCache(
+        ddp_cache_data=[
+            (layer.keys.index_select(0, g), layer.values.index_select(0, g))
+            for layer in head.past_key_values.layers
+        ]
+    )
+    # Responses left-aligned in (rows, longest): token j of row i is labels[i, p_i - 1 + j].
+    longest = int(counts.max())
+    cols = torch.arange(longest, device=dev)
+    valid = cols.unsqueeze(0) < counts.unsqueeze(1)
+    at = torch.where(
+        valid, (starts - 1).unsqueeze(1) + cols, torch.zeros_like(valid, dtype=torch.long)
+    )
+    responses = torch.where(valid, labels.gather(1, at), torch.zeros_like(at))
+    body = model(
+        input_ids=responses,
+        attention_mask=torch.cat([prompt_attn.index_select(0, g), torch.ones_like(responses)], 1),
+        position_ids=plen.index_select(0, g).unsqueeze(1) + cols,
+        past_key_values=cache,
+        use_cache=False,
+    )
+    first = head.logits[torch.arange(len(prompts), device=dev), plen - 1].index_select(0, g)
+    logits = torch.cat([first.unsqueeze(1), body.logits[:, :-1]], dim=1)
+    out = log_probs_from_logits(logits, responses, return_entropy=with_entropy)
+    row_at, col_at = valid.nonzero(as_tuple=True)
+    place = (row_at, at[row_at, col_at])
+
+    def laid_out(compact: torch.Tensor) -> torch.Tensor:
+        return compact.new_zeros(rows, width).index_put(place, compact[row_at, col_at])
+
+    entropy = laid_out(out["token_entropy"]) if with_entropy else None
+    return laid_out(out["log_probs"]), entropy
 
 
 def masked_token_mean(values: torch.Tensor, mask: torch.Tensor) -> tuple[float, int]:

@@ -84,6 +84,11 @@ class GRPOConfig(CommonConfig):
     # batch pads to a near-equal longest row: less padding computed, the same batch mean up to
     # rounding (the micro batches group other rows, so sums round differently).
     sort_micro_batches: bool = False
+    # Run each distinct prompt of a micro batch through the policy once and its responses on
+    # its KV cache (batching.shared_prompt_log_probs): the same loss and gradient up to
+    # rounding, fewer tokens computed. A train batch's rows are then ordered by question
+    # (after the length sort, if on), so that a micro batch holds whole groups.
+    share_prompts: bool = False
     train_examples: int | None = None  # size of the training question pool (None: task default)
     eval_every: int = 5  # GRPO steps
     save_every: int = 5  # GRPO steps
@@ -193,7 +198,9 @@ def train(cfg: GRPOConfig, out: str) -> dict:
         tokens = tokenize_pairs(ro.prompts, ro.responses, t.tokenizer)
         old = None
         if cfg.needs_old_log_probs:
-            old = compute_old_log_probs(t.model, tokens, device, score_micro)
+            old = compute_old_log_probs(
+                t.model, tokens, device, score_micro, share_prompts=cfg.share_prompts
+            )
         scored = ScoredRollouts(tokens, raw, advantages, old)
         rollout_stats = {
             **reward_means(ro.scores),
@@ -213,6 +220,8 @@ def train(cfg: GRPOConfig, out: str) -> dict:
                 t0 = time.perf_counter()
                 if cfg.sort_micro_batches:
                     rows = rows[torch.argsort(tokens["lengths"][rows], stable=True)]
+                if cfg.share_prompts:  # rollout rows are grouped: question = row // group_size
+                    rows = rows[torch.argsort(rows // cfg.group_size, stable=True)]
                 stats = grpo_update(
                     t.model,
                     t.optimizer,
@@ -223,6 +232,7 @@ def train(cfg: GRPOConfig, out: str) -> dict:
                     micro_batch_size=micro,
                     device=device,
                     max_grad_norm=cfg.max_grad_norm,
+                    share_prompts=cfg.share_prompts,
                 )
                 opt_step += 1
                 line = {"grpo_step": grpo_step + 1, **stats, **rollout_stats, **timings}

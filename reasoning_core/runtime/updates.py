@@ -171,12 +171,15 @@ def grpo_update(
     micro_batch_size: int | MicroBatchSize,
     device: torch.device,
     max_grad_norm: float,
+    share_prompts: bool = False,
 ) -> dict[str, float]:
     """One AdamW step of the policy-gradient ``loss`` on the train batch ``rows`` of a rollout
     batch.
 
     The micro batches are equal (the size divides the train batch), so each one's mean loss
     divided by their number (``gradient_accumulation_steps``) sums to the batch mean.
+    ``share_prompts``: each micro batch's distinct prompts are computed once
+    (:func:`~reasoning_core.runtime.batching.shared_prompt_log_probs`).
 
     Returns ``loss`` (summed over the micro batches as returned by the train step),
     ``grad_norm`` (before clipping), ``entropy`` (mean response-token entropy),
@@ -190,7 +193,7 @@ def grpo_update(
         for mb in micro_batches(tokens, rows, size):
             r = mb["rows"]
             width = mb["input_ids"].shape[1]
-            log_probs, entropy = policy_log_probs(model, mb, device)
+            log_probs, entropy = policy_log_probs(model, mb, device, share_prompts=share_prompts)
             mask = mb["response_mask"].to(device)
             value, meta = grpo_microbatch_train_step(
                 policy_log_probs=log_probs,
@@ -239,15 +242,19 @@ def compute_old_log_probs(
     tokens: dict[str, torch.Tensor],
     device: torch.device,
     micro_batch_size: int | MicroBatchSize,
+    share_prompts: bool = False,
 ) -> torch.Tensor:
     """Log-probs (rollouts, seq) float32 on the CPU of every response token under the current
-    (sampling) policy, no gradient: the ``old_log_probs`` of the ratio losses."""
+    (sampling) policy, no gradient: the ``old_log_probs`` of the ratio losses (with
+    ``share_prompts``, 0 at the prompt positions, as the training pass then gives them)."""
     n, width = tokens["input_ids"].shape
 
     def score(size: int) -> torch.Tensor:
         old = torch.zeros(n, width, dtype=torch.float32)
         for micro in micro_batches(tokens, list(range(n)), size):
-            lp, _ = policy_log_probs(model, micro, device, with_entropy=False)
+            lp, _ = policy_log_probs(
+                model, micro, device, with_entropy=False, share_prompts=share_prompts
+            )
             old[micro["rows"], : lp.shape[1]] = lp.float().cpu()
         return old
 

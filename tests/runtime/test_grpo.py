@@ -19,8 +19,10 @@ from micro_world import (
     sets,
     train_lines,
 )
+from transformers import AutoTokenizer
 
 from reasoning_core.runtime import grpo, sampling
+from reasoning_core.runtime.batching import tokenize_pairs
 from reasoning_core.runtime.metrics import without_time
 
 
@@ -145,8 +147,11 @@ def _reference_grpo_step(model_path, ro, cfg) -> tuple[float, float]:
             "normalize_constant": 25.0,
         },
         {"loss_type": "no_baseline"},
+        # each question's prompt computed once per micro batch (two micro batches, one group
+        # each), the old log-probs too
+        {"loss_type": "grpo_clip", "share_prompts": True, "gradient_accumulation_steps": 2},
     ],
-    ids=["std", "no_std-masked_normalize", "no_baseline"],
+    ids=["std", "no_std-masked_normalize", "no_baseline", "clip-share_prompts"],
 )
 def test_grpo_step_matches_a_reference_computation(world, tmp_path, monkeypatch, variant):
     """The first update's loss and gradient norm equal a from-scratch computation on the same
@@ -219,3 +224,30 @@ def test_grpo_runs_with_the_static_engine(world, tmp_path):
     assert [r["step"] for r in train] == [1, 2, 3, 4]
     assert all(r["response_length"] > 0 for r in train)
     assert [r["num_examples"] for r in lines if r["split"] == "eval"] == [8, 8]
+
+
+def test_shared_prompt_micro_batches_hold_whole_groups(world, tmp_path, monkeypatch):
+    """With share_prompts, a train batch's rows reach the update ordered by question (rows of
+    one group are consecutive), shortest first within a group when sort_micro_batches."""
+    cfg = {**GRPO, **QUIET, "n_grpo_steps": 1, "share_prompts": True, "sort_micro_batches": True}
+    seen = _record_rollouts(monkeypatch)
+    calls: list[list[int]] = []
+    real = grpo.grpo_update
+
+    def update(*args, **kw):
+        assert kw["share_prompts"] is True
+        calls.append(args[4].tolist())
+        return real(*args, **kw)
+
+    monkeypatch.setattr(grpo, "grpo_update", update)
+    train_lines(run_trainer(grpo, cfg, world, tmp_path / "run"))
+    ro = seen[0]
+    lengths = tokenize_pairs(ro.prompts, ro.responses, AutoTokenizer.from_pretrained(world))
+    lengths = lengths["lengths"].tolist()  # what the length sort orders by
+    assert len(calls) == cfg["rollout_batch_size"] // cfg["train_batch_size"]
+    for rows in calls:
+        groups = [r // cfg["group_size"] for r in rows]
+        assert groups == sorted(groups) and len(set(groups)) > 1
+        for g in set(groups):
+            mine = [r for r in rows if r // cfg["group_size"] == g]
+            assert [lengths[r] for r in mine] == sorted(lengths[r] for r in mine)
