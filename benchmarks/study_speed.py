@@ -23,7 +23,9 @@ Parts (``--parts``, all by default), each A/B interleaved in rounds, load record
   today's step (padded batch with attention mask), without the mask (causal only), under
   bf16 autocast, and with the batch's documents drawn from a length-sorted pool (less
   padding; a different batch composition), and today's step on two torch threads (whose
-  weights must stay bitwise equal to today's). Median seconds per step and ratios.
+  weights must stay bitwise equal to today's); then the length-sorted pool without the
+  attention mask (``attention: causal``) on one and on two threads (``length_buckets`` and
+  ``attention`` of ``rrl tiny-world``, the pool being all the part's batches). Median seconds per step and ratios.
 
     python benchmarks/study_speed.py --model results/base --out /tmp/speed \\
         | tee benchmarks/study_speed.txt
@@ -36,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -213,7 +216,11 @@ def part_pretrain(args) -> None:
     from reasoning_core.runtime.config import build_config, load_yaml
     from reasoning_core.runtime.tinyworld.corpus import documents
     from reasoning_core.runtime.tinyworld.model import build_model, build_tokenizer
-    from reasoning_core.runtime.tinyworld.pretrain import collate, encode_documents
+    from reasoning_core.runtime.tinyworld.pretrain import (
+        collate,
+        encode_documents,
+        length_bucketed,
+    )
     from reasoning_core.runtime.tinyworld.world import TinyWorldConfig
 
     torch.set_num_threads(1)
@@ -231,8 +238,9 @@ def part_pretrain(args) -> None:
     seqs = encode_documents(tokenizer, docs)
     bs = cfg.batch_size
     plain = [collate(seqs[i : i + bs], pad) for i in range(0, len(seqs), bs)]
-    by_length = sorted(seqs, key=len)
-    bucketed = [collate(by_length[i : i + bs], pad) for i in range(0, len(seqs), bs)]
+    # tiny-world's length_buckets over all the part's batches (one pool, shuffled batch order)
+    pool = length_bucketed(iter(docs), tokenizer, bs, n_batches, random.Random(0))
+    bucketed = [collate(b, pad) for b in pool]
 
     def pad_fraction(batches) -> float:
         return 1 - sum(int(m.sum()) for _, m, _ in batches) / sum(m.numel() for _, m, _ in batches)
@@ -243,6 +251,8 @@ def part_pretrain(args) -> None:
         "bf16_autocast": (plain, "bf16"),
         "length_sorted_pool": (bucketed, "mask"),
         "two_threads": (plain, "mask"),
+        "pool_causal": (bucketed, "none"),
+        "pool_causal_2threads": (bucketed, "none"),
     }
     print(
         f"## pretrain: tiny-world step, batch {bs}, {n_batches} batches x {args.rounds} rounds; "
@@ -258,7 +268,7 @@ def part_pretrain(args) -> None:
     for _ in range(args.rounds):
         for name, (batches, how) in variants.items():
             model, opt = state[name]
-            torch.set_num_threads(2 if name == "two_threads" else 1)
+            torch.set_num_threads(2 if "two_threads" in name or "2threads" in name else 1)
             for ids, mask, labels in batches:
                 t0 = time.perf_counter()
                 kwargs = {"input_ids": ids, "labels": labels}
@@ -296,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--modes",
         default="seq1,conc1,seq2,conc1_hf,conc1_static",
-        help="parallel part: comma list, seq1 (baseline) first",
+        help="parallel part: comma list, the baseline first (usually seq1)",
     )
     p.add_argument("--pretrain-batches", type=int, default=6)
     p.add_argument("--tiny", action="store_true", help="seconds-long sizes, for the tests")

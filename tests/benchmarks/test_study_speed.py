@@ -23,9 +23,11 @@ def ratios(text: str) -> list[float]:
 def test_pretrain_part_times_every_variant(tmp_path, capsys):
     assert study_speed().main(["--tiny", "--parts", "pretrain", "--model", "-", "--out", "x"]) == 0
     out = capsys.readouterr().out
-    for variant in ("today", "no_mask", "bf16_autocast", "length_sorted_pool", "two_threads"):
+    variants = ("today", "no_mask", "bf16_autocast", "length_sorted_pool", "two_threads")
+    variants += ("pool_causal", "pool_causal_2threads")
+    for variant in variants:
         assert re.search(rf"^{variant} +median +\d+\.\d ms/step", out, re.M), out
-    assert len(ratios(out)) == 5 and all(r > 0 for r in ratios(out)), out
+    assert len(ratios(out)) == 7 and all(r > 0 for r in ratios(out)), out
     # The length-sorted pool pads less than today's random batches (same documents).
     today, pool = re.search(
         r"padding today (\d+\.\d)%, length-sorted pool (\d+\.\d)%", out

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
 import random
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,28 @@ def collate(seqs: list[list[int]], pad_id: int):
         mask[i, : len(s)] = 1
     labels = ids.masked_fill(mask == 0, -100)
     return ids, mask, labels
+
+
+def length_bucketed(
+    stream: Iterator[tuple[str, str]],
+    tokenizer,
+    batch_size: int,
+    buckets: int,
+    rng: random.Random,
+) -> Iterator[list[list[int]]]:
+    """Encoded batches of ``batch_size`` documents from ``stream``: ``buckets`` batches' worth
+    at a time, sorted by length (stable), cut into batches and yielded in a shuffled order.
+    ``buckets`` 1 yields the stream's batches as they come (no shuffle drawn)."""
+    while True:
+        pool = encode_documents(tokenizer, list(itertools.islice(stream, batch_size * buckets)))
+        if not pool:
+            return
+        if buckets > 1:
+            pool.sort(key=len)
+        cut = [pool[i : i + batch_size] for i in range(0, len(pool), batch_size)]
+        if buckets > 1:
+            rng.shuffle(cut)
+        yield from cut
 
 
 def lr_lambda(cfg: TinyWorldConfig):
@@ -86,6 +110,9 @@ def build(cfg: TinyWorldConfig, out: str | Path, *, progress: bool = True) -> di
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
 
     stream = documents(cfg, cfg.steps * cfg.batch_size, seed=cfg.seed * 1000 + 23)
+    batches = length_bucketed(
+        stream, tokenizer, cfg.batch_size, cfg.length_buckets, random.Random(cfg.seed + 29)
+    )
     metrics_path = out / "metrics.jsonl"
     n_tokens = 0
     loss_sum, loss_n = 0.0, 0
@@ -93,9 +120,9 @@ def build(cfg: TinyWorldConfig, out: str | Path, *, progress: bool = True) -> di
     with open(metrics_path, "w") as metrics:
         bar = tqdm(range(cfg.steps), desc="tiny-world pretraining", disable=not progress)
         for step in bar:
-            batch = [next(stream) for _ in range(cfg.batch_size)]
-            ids, mask, labels = collate(encode_documents(tokenizer, batch), tokenizer.pad_token_id)
-            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            ids, mask, labels = collate(next(batches), tokenizer.pad_token_id)
+            attention_mask = mask if cfg.attention == "padding" else None
+            loss = model(input_ids=ids, attention_mask=attention_mask, labels=labels).loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

@@ -215,3 +215,63 @@ def test_question_only_prompt_has_boxed_documents_to_learn_from():
     docs = [r for p, r in documents(TinyWorldConfig(), 5000, seed=3) if not p]
     boxed = sum("\\boxed{" in r for r in docs)
     assert 80 < boxed < 220, boxed
+
+
+def test_length_buckets_keep_every_document_once_in_batches_of_near_equal_length(micro_world):
+    """length_bucketed: at 1 bucket, the stream's own batches in order; at 4, every document of
+    each 4-batch pool once, each batch a slice of the pool sorted by length, the order of the
+    batches shuffled (seeded), and far less padding than the stream's order."""
+    import random
+
+    from transformers import AutoTokenizer
+
+    from reasoning_core.runtime.tinyworld import documents
+    from reasoning_core.runtime.tinyworld.pretrain import encode_documents, length_bucketed
+
+    tok = AutoTokenizer.from_pretrained(micro_world)
+    cfg = TinyWorldConfig()
+    docs = list(documents(cfg, 8 * 8, seed=5))
+    seqs = encode_documents(tok, docs)
+    plain = list(length_bucketed(iter(docs), tok, 8, 1, random.Random(0)))
+    assert plain == [seqs[i : i + 8] for i in range(0, 64, 8)]
+
+    def bucketed(seed):
+        return list(length_bucketed(iter(docs), tok, 8, 4, random.Random(seed)))
+
+    out = bucketed(0)
+    assert out == bucketed(0) and len(out) == 8
+    for pool in range(2):
+        ours = out[4 * pool : 4 * pool + 4]
+        expected = sorted(seqs[32 * pool : 32 * pool + 32], key=len)
+        assert sorted(map(tuple, (s for b in ours for s in b))) == sorted(map(tuple, expected))
+        slices = [expected[i : i + 8] for i in range(0, 32, 8)]
+        assert sorted(ours, key=lambda b: len(b[0])) == slices  # shuffled whole slices
+    assert any(
+        out[i]
+        != sorted(seqs[32 * (i // 4) : 32 * (i // 4) + 32], key=len)[8 * (i % 4) : 8 * (i % 4) + 8]
+        for i in range(8)
+    )  # the order is shuffled, not sorted
+
+    def padding(batches):
+        return sum(max(map(len, b)) * len(b) - sum(map(len, b)) for b in batches)
+
+    assert padding(out) < padding(plain) / 2
+
+
+def test_causal_attention_gives_the_padding_masks_loss(micro_world):
+    """attention 'causal' passes no mask to the right-padded batch: the same loss as the
+    padding mask (rounding aside), since no real token sees its row's padding."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from reasoning_core.runtime.tinyworld import documents
+    from reasoning_core.runtime.tinyworld.pretrain import collate, encode_documents
+
+    tok = AutoTokenizer.from_pretrained(micro_world)
+    model = AutoModelForCausalLM.from_pretrained(micro_world)
+    seqs = encode_documents(tok, list(documents(TinyWorldConfig(), 8, seed=5)))
+    ids, mask, labels = collate(seqs, tok.pad_token_id)
+    assert (mask == 0).any()
+    with torch.no_grad():
+        padded = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        causal = model(input_ids=ids, labels=labels).loss
+    torch.testing.assert_close(causal, padded, rtol=1e-5, atol=1e-6)
