@@ -127,6 +127,13 @@ class GRPOConfig(CommonConfig):
             raise ConfigError("setting 'normalize_constant' must be > 0")
         if self.advantage_eps < 0:
             raise ConfigError("setting 'advantage_eps' must be >= 0")
+        if self.share_prompts and self.gradient_checkpointing:
+            # Hugging Face models drop the KV cache under gradient checkpointing, and the
+            # shared prompt is passed to its responses as that cache.
+            raise ConfigError(
+                "setting 'share_prompts' needs the prompt's KV cache, which "
+                "'gradient_checkpointing' turns off; turn one of them off"
+            )
         super().validate()
 
     # Derived sizes (the handout's sanity-checked quantities).
