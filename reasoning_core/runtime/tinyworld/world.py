@@ -56,14 +56,16 @@ class TinyWorldConfig:
     num_threads: int = 2
     # Batches drawn from a pool of `length_buckets` batches' documents sorted by length (the
     # pool cut into batches of near-equal lengths, their order shuffled): less padding computed
-    # (30% of a step's tokens at 1, 3% at 16). 1: the stream's order, as until 2026-12-01. The
-    # base model differs (other batches).
-    length_buckets: int = 16
+    # (30% of a step's tokens at 1, 3% at 16; 1.35x per one-thread step). 1: the stream's
+    # order. Not the default: at 16 the base fell to 10.4% zero-shot accuracy (30.5% format),
+    # against 22.9% (34.6%) at 1, likely because a batch's loss is a mean over its tokens, so
+    # batches of long documents (the multi-step problems) weigh less per token.
+    length_buckets: int = 1
     # The attention mask of the right-padded batches: "padding" passes it; "causal" passes none
     # (every real token precedes the padding of its row, which causal attention never lets it
     # see, and padding is not scored): the same loss up to rounding, a faster attention path.
-    # Measured per step, two threads: 1.37x with length_buckets 16 over 1 with the padding
-    # mask (benchmarks/study_speed.txt).
+    # 1.07x per one-thread step (benchmarks/study_speed.txt); the base built with it (two
+    # threads) evaluates at 22.9% zero-shot, 34.6% format.
     attention: str = "causal"
     # corpus
     r1_fraction: float = 0.8
