@@ -14,13 +14,14 @@ For a lever that has no setting to turn it off (the old code path is gone), and 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from reasoning_core.runtime.metrics import read_metrics, without_time
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,11 +47,10 @@ def export(commit: str, into: Path) -> Path:
 
 
 def metrics(folder: Path, ignore: set[str]) -> list[dict]:
-    lines = (folder / "metrics.jsonl").read_text().splitlines()
+    """The run's metric lines without ``time/`` keys and without the ``ignore`` keys."""
     return [
-        {k: v for k, v in json.loads(x).items() if not k.startswith("time/") and k not in ignore}
-        for x in lines
-        if x
+        {k: v for k, v in line.items() if k not in ignore}
+        for line in without_time(read_metrics(folder))
     ]
 
 
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ignore = set(args.ignore)
     same = all(
-        metrics(args.out / f"{a}_{r}", ignore) == metrics(args.out / f"new_{0}", ignore)
+        metrics(args.out / f"{a}_{r}", ignore) == metrics(args.out / "new_0", ignore)
         for a in ("old", "new")
         for r in range(args.rounds)
     )

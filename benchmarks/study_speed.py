@@ -45,6 +45,8 @@ import sys
 import time
 from pathlib import Path
 
+from reasoning_core.runtime.metrics import read_metrics, without_time
+
 ROOT = Path(__file__).resolve().parents[1]
 GRPO_CONFIG = ROOT / "results" / "grpo" / "default" / "seed~0" / "config.yaml"
 PARTS = ("parallel", "order", "pretrain")
@@ -163,14 +165,6 @@ def part_parallel(args) -> None:
         )
 
 
-def metrics(folder: Path) -> list[dict]:
-    return [json.loads(s) for s in (folder / "metrics.jsonl").read_text().splitlines() if s]
-
-
-def without_time(lines: list[dict]) -> list[dict]:
-    return [{k: v for k, v in x.items() if not k.startswith("time/")} for x in lines]
-
-
 def train_seconds(lines: list[dict]) -> float:
     return sum(x.get("time/train", 0.0) for x in lines if x.get("split") == "train")
 
@@ -187,7 +181,7 @@ def part_order(args) -> None:
         cmd = grpo_command(args, out, seed=0, threads=1, extra={"sort_micro_batches": on})
         wait_all([(start(cmd, 1, base.parent / f"order_{name}.log"), out)])
         wall[name] = time.perf_counter() - t0
-        train[name] = train_seconds(metrics(out))
+        train[name] = train_seconds(read_metrics(out))
         print(
             f"{name:8s} time/train total {train[name]:7.2f} s  wall {wall[name]:7.1f} s  "
             f"load before {before} after {load()}",
@@ -198,11 +192,11 @@ def part_order(args) -> None:
             f"time/train ratio off / {name}: {train['off'] / train[name]:.2f}  "
             f"(wall {wall['off'] / wall[name]:.2f})"
         )
-    same = without_time(metrics(base / "on")) == without_time(metrics(base / "on_again"))
+    same = without_time(read_metrics(base / "on")) == without_time(read_metrics(base / "on_again"))
     print(f"on and on_again metrics identical apart from time/ keys: {same}")
     for name in ("off", "on"):
-        evals = [x for x in metrics(base / name) if x.get("split") == "eval"]
-        trains = [x for x in metrics(base / name) if x.get("split") == "train"]
+        evals = [x for x in read_metrics(base / name) if x.get("split") == "eval"]
+        trains = [x for x in read_metrics(base / name) if x.get("split") == "train"]
         reward = statistics.mean(x["reward"] for x in trains)
         print(
             f"{name:3s} final eval accuracy {evals[-1]['accuracy']:.4f} format "
@@ -246,13 +240,13 @@ def part_pretrain(args) -> None:
         return 1 - sum(int(m.sum()) for _, m, _ in batches) / sum(m.numel() for _, m, _ in batches)
 
     variants = {
-        "today": (plain, "mask"),
-        "no_mask": (plain, "none"),
-        "bf16_autocast": (plain, "bf16"),
-        "length_sorted_pool": (bucketed, "mask"),
-        "two_threads": (plain, "mask"),
-        "pool_causal": (bucketed, "none"),
-        "pool_causal_2threads": (bucketed, "none"),
+        "today": (plain, "mask", 1),
+        "no_mask": (plain, "none", 1),
+        "bf16_autocast": (plain, "bf16", 1),
+        "length_sorted_pool": (bucketed, "mask", 1),
+        "two_threads": (plain, "mask", 2),
+        "pool_causal": (bucketed, "none", 1),
+        "pool_causal_2threads": (bucketed, "none", 2),
     }
     print(
         f"## pretrain: tiny-world step, batch {bs}, {n_batches} batches x {args.rounds} rounds; "
@@ -266,9 +260,9 @@ def part_pretrain(args) -> None:
         state[name] = (model, torch.optim.AdamW(model.parameters(), lr=cfg.lr))
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(args.rounds):
-        for name, (batches, how) in variants.items():
+        for name, (batches, how, threads) in variants.items():
             model, opt = state[name]
-            torch.set_num_threads(2 if "two_threads" in name or "2threads" in name else 1)
+            torch.set_num_threads(threads)
             for ids, mask, labels in batches:
                 t0 = time.perf_counter()
                 kwargs = {"input_ids": ids, "labels": labels}
