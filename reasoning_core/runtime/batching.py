@@ -25,6 +25,7 @@ from reasoning_core import (
     log_probs_from_logits,
     tokenize_prompt_and_output,
 )
+from reasoning_core.runtime.config import ConfigError
 from reasoning_core.runtime.policy import training_forward
 
 T = TypeVar("T")
@@ -101,77 +102,97 @@ def shared_prompt_log_probs(
     """What ``get_response_log_probs`` gives at the response positions of a
     :func:`tokenize_pairs` batch, with each distinct prompt run through ``model`` once.
 
-    GRPO's ``group_size`` responses to one question share its prompt, which is about half of
-    each row in the tiny world. Here the distinct prompts go through the model once (right
-    padded, with their KV cache), the cache is repeated for the rows that share each prompt,
-    and the responses run on top of it with their own positions; the first response token is
-    scored by the prompt's last logits. Gradients flow through both forwards, so a prompt's
-    activations get the summed gradient of all its responses: the same loss and gradient as
-    the full forward, up to float rounding (summation order), for fewer computed tokens.
+    GRPO's ``group_size`` responses to one question share its prompt. Here the rows that share
+    a prompt are *packed* into one sequence: the prompt, then each response in turn, each with
+    its own positions (``len(prompt) + j``) and a 4D attention mask by which a response token
+    sees the prompt and the earlier tokens of its own response only. One forward over the
+    packed rows gives every response token the logits the full forward gives it (the first
+    token of each response is scored by the prompt's last logits), and the prompt's
+    activations get the summed gradient of all its responses: the same loss and gradient up to
+    float rounding (summation order), without the prompt repeated and with padding only
+    between packed rows.
 
-    Returns (batch, seq) log-probs and entropies (None unless ``with_entropy``) laid out as
-    ``labels``: response positions filled, every other position 0 (the callers mask them).
-    A row's prompt is its tokens before its first response token; rows without response
-    tokens score nothing."""
+    Needs an attention implementation that takes a 4D float mask (``sdpa`` or ``eager``; see
+    :func:`check_packable`). Returns (batch, seq) log-probs and entropies (None unless
+    ``with_entropy``) laid out as ``labels``: response positions filled, every other position 0
+    (the callers mask them). A row's prompt is its tokens before its first response token; rows
+    without response tokens score nothing."""
     rows, width = labels.shape
     dev = labels.device
-    counts = response_mask.sum(dim=1)
-    has = counts > 0
-    if not bool(has.any()):
+    counts = response_mask.sum(dim=1).tolist()
+    if not any(counts):
         zeros = torch.zeros(rows, width, device=dev)
         return zeros, (zeros.clone() if with_entropy else None)
-    # The prompt of row i is input_ids[i, :p_i], p_i = 1 + the label index of its first
-    # response token (labels[t] is token t + 1 of the sequence).
-    starts = torch.where(has, response_mask.float().argmax(dim=1) + 1, torch.ones_like(counts))
-    starts_l = starts.tolist()
-    index: dict[tuple[int, ...], int] = {}
-    group = []
-    for i in range(rows):
-        key = tuple(input_ids[i, : starts_l[i]].tolist())
-        group.append(index.setdefault(key, len(index)))
-    prompts = list(index)
-    plen = torch.tensor([len(k) for k in prompts], device=dev)
-    prompt_ids = torch.zeros(len(prompts), int(plen.max()), dtype=torch.long, device=dev)
-    prompt_attn = torch.zeros_like(prompt_ids)
-    for u, key in enumerate(prompts):
-        prompt_ids[u, : len(key)] = torch.tensor(key, dtype=torch.long)
-        prompt_attn[u, : len(key)] = 1
-    from transformers import DynamicCache  # the shell's models are Hugging Face ones
-
-    head = model(input_ids=prompt_ids, attention_mask=prompt_attn, use_cache=True)
-    g = torch.tensor(group, dtype=torch.long, device=dev)
-    cache = DynamicCache(
-        ddp_cache_data=[
-            (layer.keys.index_select(0, g), layer.values.index_select(0, g))
-            for layer in head.past_key_values.layers
-        ]
-    )
-    # Responses left-aligned in (rows, longest): token j of row i is labels[i, p_i - 1 + j].
-    longest = int(counts.max())
-    cols = torch.arange(longest, device=dev)
-    valid = cols.unsqueeze(0) < counts.unsqueeze(1)
-    at = torch.where(
-        valid, (starts - 1).unsqueeze(1) + cols, torch.zeros_like(valid, dtype=torch.long)
-    )
-    responses = torch.where(valid, labels.gather(1, at), torch.zeros_like(at))
-    body = model(
-        input_ids=responses,
-        attention_mask=torch.cat([prompt_attn.index_select(0, g), torch.ones_like(responses)], 1),
-        position_ids=plen.index_select(0, g).unsqueeze(1) + cols,
-        past_key_values=cache,
+    # Row i's prompt is input_ids[i, :p_i], p_i = 1 + the label index of its first response
+    # token (labels[t] is token t + 1 of the sequence); its response is labels[i, p_i - 1:][:c_i].
+    starts = (response_mask.float().argmax(dim=1) + 1).tolist()
+    ids, labels_l = input_ids.tolist(), labels.tolist()
+    groups: dict[tuple[int, ...], list[int]] = {}  # prompt -> the rows that share it
+    for i, (p, c) in enumerate(zip(starts, counts, strict=True)):
+        if c > 0:
+            groups.setdefault(tuple(ids[i][:p]), []).append(i)
+    # One packed sequence per prompt: its tokens, position ids and segments (0: the prompt,
+    # k: its k-th response); and per response token (pack, position scoring it, row, column).
+    seqs: list[tuple[list[int], list[int], list[int]]] = []
+    scored: list[tuple[int, int, int, int]] = []
+    for u, (prompt, members) in enumerate(groups.items()):
+        p = len(prompt)
+        tokens, pos, seg = list(prompt), list(range(p)), [0] * p
+        for k, i in enumerate(members, start=1):
+            at, c = len(tokens), counts[i]
+            tokens += labels_l[i][p - 1 : p - 1 + c]
+            pos += range(p, p + c)
+            seg += [k] * c
+            sources = [p - 1, *range(at, at + c - 1)]  # the first token: the prompt's last
+            scored += [(u, src, i, p - 1 + j) for j, src in enumerate(sources)]
+        seqs.append((tokens, pos, seg))
+    n, longest = len(seqs), max(len(tokens) for tokens, _, _ in seqs)
+    packed = torch.zeros(n, longest, dtype=torch.long)
+    position = torch.zeros(n, longest, dtype=torch.long)
+    segment = torch.full((n, longest), -1, dtype=torch.long)  # -1: padding
+    for u, (tokens, pos, seg) in enumerate(seqs):
+        packed[u, : len(tokens)] = torch.tensor(tokens)
+        position[u, : len(tokens)] = torch.tensor(pos)
+        segment[u, : len(tokens)] = torch.tensor(seg)
+    segment = segment.to(dev)
+    query, key_ = segment[:, :, None], segment[:, None, :]
+    sees = (key_ >= 0) & ((key_ == 0) | (key_ == query))
+    sees &= torch.ones(longest, longest, dtype=torch.bool, device=dev).tril()
+    sees |= torch.eye(longest, dtype=torch.bool, device=dev)  # a padding query sees itself
+    dtype = next(model.parameters()).dtype
+    bias = torch.zeros(n, 1, longest, longest, dtype=dtype, device=dev)
+    bias.masked_fill_(~sees[:, None], torch.finfo(dtype).min)
+    logits = model(
+        input_ids=packed.to(dev),
+        attention_mask=bias,
+        position_ids=position.to(dev),
         use_cache=False,
+    ).logits
+    pack_at, source, row_at, col_at = torch.tensor(scored, device=dev).unbind(dim=1)
+    out = log_probs_from_logits(
+        logits[pack_at, source], labels[row_at, col_at], return_entropy=with_entropy
     )
-    first = head.logits[torch.arange(len(prompts), device=dev), plen - 1].index_select(0, g)
-    logits = torch.cat([first.unsqueeze(1), body.logits[:, :-1]], dim=1)
-    out = log_probs_from_logits(logits, responses, return_entropy=with_entropy)
-    row_at, col_at = valid.nonzero(as_tuple=True)
-    place = (row_at, at[row_at, col_at])
 
     def laid_out(compact: torch.Tensor) -> torch.Tensor:
-        return compact.new_zeros(rows, width).index_put(place, compact[row_at, col_at])
+        return compact.new_zeros(rows, width).index_put((row_at, col_at), compact)
 
     entropy = laid_out(out["token_entropy"]) if with_entropy else None
     return laid_out(out["log_probs"]), entropy
+
+
+PACKABLE_ATTENTION = ("sdpa", "eager")
+
+
+def check_packable(model: Any) -> None:
+    """Raise ConfigError unless ``model``'s attention takes the 4D float mask that
+    :func:`shared_prompt_log_probs` packs with (FlashAttention kernels take none)."""
+    kind = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if kind not in PACKABLE_ATTENTION:
+        raise ConfigError(
+            f"setting 'share_prompts' packs each prompt with its responses under a 4D attention "
+            f"mask, which attention implementation {kind!r} does not take; set "
+            f"attn_implementation to one of {list(PACKABLE_ATTENTION)} or turn share_prompts off"
+        )
 
 
 def masked_token_mean(values: torch.Tensor, mask: torch.Tensor) -> tuple[float, int]:

@@ -25,7 +25,12 @@ from typing import Literal
 import torch
 
 from reasoning_core import LOSS_TYPES, group_normalize
-from reasoning_core.runtime.batching import MicroBatchSize, tokenize_pairs
+from reasoning_core.runtime.batching import (
+    PACKABLE_ATTENTION,
+    MicroBatchSize,
+    check_packable,
+    tokenize_pairs,
+)
 from reasoning_core.runtime.config import ConfigError
 from reasoning_core.runtime.rng import Stream, step_seed
 from reasoning_core.runtime.run import (
@@ -84,10 +89,11 @@ class GRPOConfig(CommonConfig):
     # batch pads to a near-equal longest row: less padding computed, the same batch mean up to
     # rounding (the micro batches group other rows, so sums round differently).
     sort_micro_batches: bool = False
-    # Run each distinct prompt of a micro batch through the policy once and its responses on
-    # its KV cache (batching.shared_prompt_log_probs): the same loss and gradient up to
-    # rounding, fewer tokens computed. A train batch's rows are then ordered by question
-    # (after the length sort, if on), so that a micro batch holds whole groups.
+    # Pack the rows of a micro batch that share a prompt into one sequence, the prompt once
+    # and its responses after it under a 4D attention mask (batching.shared_prompt_log_probs):
+    # the same loss and gradient up to rounding, fewer tokens computed. A train batch's rows
+    # are then ordered by question, questions by their responses' total length, so that a
+    # micro batch holds whole groups of similar packed length.
     share_prompts: bool = False
     train_examples: int | None = None  # size of the training question pool (None: task default)
     eval_every: int = 5  # GRPO steps
@@ -127,12 +133,12 @@ class GRPOConfig(CommonConfig):
             raise ConfigError("setting 'normalize_constant' must be > 0")
         if self.advantage_eps < 0:
             raise ConfigError("setting 'advantage_eps' must be >= 0")
-        if self.share_prompts and self.gradient_checkpointing:
-            # Hugging Face models drop the KV cache under gradient checkpointing, and the
-            # shared prompt is passed to its responses as that cache.
+        if self.share_prompts and self.attn_implementation not in ("auto", *PACKABLE_ATTENTION):
+            # The packed rows of a shared prompt need a 4D attention mask.
             raise ConfigError(
-                "setting 'share_prompts' needs the prompt's KV cache, which "
-                "'gradient_checkpointing' turns off; turn one of them off"
+                f"setting 'share_prompts' needs attn_implementation in "
+                f"{['auto', *PACKABLE_ATTENTION]} (a 4D attention mask), got "
+                f"{self.attn_implementation!r}; turn one of them off"
             )
         super().validate()
 
@@ -165,6 +171,19 @@ class GRPOConfig(CommonConfig):
         )
 
 
+def grouped_order(
+    rows: torch.Tensor, response_lengths: torch.Tensor, group_size: int
+) -> torch.Tensor:
+    """``rows`` of a rollout batch (question = row // group_size) reordered so that each
+    question's rows are consecutive, questions by the total response length of their rows here
+    (ties by question), each question's rows in their given order: micro batches then hold
+    whole groups of similar packed length (:func:`shared_prompt_log_probs`)."""
+    question = rows // group_size
+    total = torch.zeros(int(question.max()) + 1, dtype=torch.long)
+    total.index_add_(0, question, response_lengths[rows].long())
+    return rows[torch.argsort(total[question] * len(total) + question, stable=True)]
+
+
 def train(cfg: GRPOConfig, out: str) -> dict:
     """Run GRPO into folder ``out`` (resuming from ``out/state``); returns ``done.json``'s data."""
     started = start_run(cfg, out, "grpo")
@@ -180,6 +199,8 @@ def train(cfg: GRPOConfig, out: str) -> dict:
     )
     rollouts = Rollouts.from_config(cfg, task, questions)
     t = setup_training(cfg, out, "grpo", task, cfg.n_grpo_steps * cfg.steps_per_rollout_batch)
+    if cfg.share_prompts:  # attn_implementation "auto" may have chosen FlashAttention 2
+        check_packable(t.model)
     grpo_step, opt_step = t.resumed("grpo_step"), t.resumed("opt_step")
     micro = MicroBatchSize(cfg.micro_batch_size, backoff=cfg.oom_backoff, name="grpo")
     score_micro = MicroBatchSize(
@@ -227,8 +248,8 @@ def train(cfg: GRPOConfig, out: str) -> dict:
                 t0 = time.perf_counter()
                 if cfg.sort_micro_batches:
                     rows = rows[torch.argsort(tokens["lengths"][rows], stable=True)]
-                if cfg.share_prompts:  # rollout rows are grouped: question = row // group_size
-                    rows = rows[torch.argsort(rows // cfg.group_size, stable=True)]
+                if cfg.share_prompts:
+                    rows = grouped_order(rows, tokens["response_mask"].sum(dim=1), cfg.group_size)
                 stats = grpo_update(
                     t.model,
                     t.optimizer,

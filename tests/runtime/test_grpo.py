@@ -10,6 +10,7 @@ import json
 
 import pytest
 import scripted_rollouts
+import torch
 from micro_world import (
     GRPO,
     QUIET,
@@ -227,8 +228,9 @@ def test_grpo_runs_with_the_static_engine(world, tmp_path):
 
 
 def test_shared_prompt_micro_batches_hold_whole_groups(world, tmp_path, monkeypatch):
-    """With share_prompts, a train batch's rows reach the update ordered by question (rows of
-    one group are consecutive), shortest first within a group when sort_micro_batches."""
+    """With share_prompts, a train batch's rows reach the update grouped by question (rows of
+    one group are consecutive), groups by their total response length, shortest row first
+    within a group when sort_micro_batches."""
     cfg = {**GRPO, **QUIET, "n_grpo_steps": 1, "share_prompts": True, "sort_micro_batches": True}
     seen = _record_rollouts(monkeypatch)
     calls: list[list[int]] = []
@@ -242,12 +244,22 @@ def test_shared_prompt_micro_batches_hold_whole_groups(world, tmp_path, monkeypa
     monkeypatch.setattr(grpo, "grpo_update", update)
     train_lines(run_trainer(grpo, cfg, world, tmp_path / "run"))
     ro = seen[0]
-    lengths = tokenize_pairs(ro.prompts, ro.responses, AutoTokenizer.from_pretrained(world))
-    lengths = lengths["lengths"].tolist()  # what the length sort orders by
+    tokens = tokenize_pairs(ro.prompts, ro.responses, AutoTokenizer.from_pretrained(world))
+    lengths = tokens["lengths"].tolist()  # what the length sort orders by
+    responses = tokens["response_mask"].sum(1).tolist()
     assert len(calls) == cfg["rollout_batch_size"] // cfg["train_batch_size"]
     for rows in calls:
         groups = [r // cfg["group_size"] for r in rows]
-        assert groups == sorted(groups) and len(set(groups)) > 1
-        for g in set(groups):
+        runs = [g for i, g in enumerate(groups) if i == 0 or groups[i - 1] != g]
+        assert len(runs) == len(set(runs)) > 1  # each group's rows consecutive
+        totals = [sum(responses[r] for r in rows if r // cfg["group_size"] == g) for g in runs]
+        assert totals == sorted(totals)
+        for g in runs:
             mine = [r for r in rows if r // cfg["group_size"] == g]
             assert [lengths[r] for r in mine] == sorted(lengths[r] for r in mine)
+
+
+def test_grouped_order_sorts_groups_by_total_response_length():
+    rows = torch.tensor([5, 0, 3, 1, 4, 2])  # group size 2: questions 2, 0, 1, 0, 2, 1
+    lengths = torch.tensor([4, 1, 3, 2, 3, 3])  # by row; totals: q0 5, q1 5, q2 6
+    assert grpo.grouped_order(rows, lengths, 2).tolist() == [0, 1, 3, 2, 5, 4]

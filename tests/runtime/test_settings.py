@@ -32,7 +32,12 @@ from reasoning_core.runtime.metrics import read_metrics
         (grpo, GRPO, {"lr": "fast"}, "lr"),
         (grpo, GRPO, {"n_grpo_step": 3}, "n_grpo_step"),
         (grpo, GRPO, {"template": "chatml"}, "template"),
-        (grpo, GRPO, {"share_prompts": True, "gradient_checkpointing": True}, "share_prompts"),
+        (
+            grpo,
+            GRPO,
+            {"share_prompts": True, "attn_implementation": "flash_attention_2"},
+            "share_prompts",
+        ),
         (sft, SFT, {"gradient_accumulation_steps": 3}, "batch_size"),
         (sft, SFT, {"train_data": "/nonexistent/sft.jsonl"}, "train_data"),
         (sft, SFT, {"max_examples": 10_000}, "max_examples"),

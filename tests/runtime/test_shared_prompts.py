@@ -1,7 +1,8 @@
-"""``shared_prompt_log_probs``: each distinct prompt of a micro batch computed once, its
-responses on its KV cache. Same response log-probs, entropies and gradients as the full
-forward (up to float rounding) on batches with repeated and distinct prompts of different
-lengths, responses of different lengths and a row without response tokens."""
+"""``shared_prompt_log_probs``: the rows that share a prompt packed into one sequence (the
+prompt once, then each response under a mask that hides the other responses). Same response
+log-probs, entropies and gradients as the full forward (up to float rounding) on batches with
+repeated and distinct prompts of different lengths, responses of different lengths and a row
+without response tokens; with SDPA and eager attention, and with gradient checkpointing."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 from tiny_model import build_model, build_tokenizer
 
 from reasoning_core import get_response_log_probs
-from reasoning_core.runtime.batching import policy_log_probs, tokenize_pairs
+from reasoning_core.runtime.batching import check_packable, policy_log_probs, tokenize_pairs
 
 PROMPTS = ["1 + 2 =", "x + 3 =", "1 + 2 =", "12 + 3 + 4 =", "x + 3 =", "1 + 2 ="]
 RESPONSES = [" 3", " x + 3 = 7 </answer>", " 12 + 12", " 19", " 4", ""]
@@ -33,8 +34,12 @@ def both(model, batch, **kw):
     return full, shared
 
 
-def test_response_positions_match_the_full_forward_and_the_rest_are_zero(tokenizer, batch):
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_response_positions_match_the_full_forward_and_the_rest_are_zero(
+    tokenizer, batch, attention
+):
     model = build_model(len(tokenizer), seed=0).eval()
+    model.set_attn_implementation(attention)
     mask = batch["response_mask"]
     assert mask.sum(1).tolist()[-1] == 0 and mask.sum(1).min() < mask.sum(1).max()
     (lp, ent), (slp, sent) = both(model, batch)
@@ -47,12 +52,17 @@ def test_response_positions_match_the_full_forward_and_the_rest_are_zero(tokeniz
     torch.testing.assert_close(no_ent_lp, slp, rtol=0, atol=0)
 
 
-def test_gradients_match_the_full_forward(tokenizer, batch):
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointing"])
+def test_gradients_match_the_full_forward(tokenizer, batch, checkpointing):
     mask = batch["response_mask"]
     weights = torch.linspace(-1.0, 2.0, mask.numel()).reshape(mask.shape)
     grads = []
     for share in (False, True):
         model = build_model(len(tokenizer), seed=0).train()
+        if checkpointing and share:
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
         lp, ent = policy_log_probs(
             model,
             {k: batch[k] for k in ("input_ids", "labels", "response_mask")},
@@ -66,9 +76,9 @@ def test_gradients_match_the_full_forward(tokenizer, batch):
         assert (shared - full).abs().max() <= 1e-4 * full.abs().max()
 
 
-def test_every_distinct_prompt_runs_once(tokenizer, batch):
-    """The prompt forward sees the three distinct prompts (plus the empty row's stand-in);
-    the response forward one row per response."""
+def test_each_prompt_is_packed_once_with_its_responses(tokenizer, batch):
+    """One forward over one packed row per distinct prompt with responses (the empty row
+    adds nothing), as long as the longest prompt plus its responses."""
     model = build_model(len(tokenizer), seed=0).eval()
     seen = []
     hook = model.model.register_forward_pre_hook(
@@ -79,10 +89,23 @@ def test_every_distinct_prompt_runs_once(tokenizer, batch):
         both(model, batch)
     finally:
         hook.remove()
-    rows = len(PROMPTS)
-    full, head, body = seen
-    assert full[0] == rows and head[0] == 4 and body[0] == rows
-    assert body[1] == int(batch["response_mask"].sum(1).max())
+    full, packed = seen
+    assert full[0] == len(PROMPTS)
+    counts = batch["response_mask"].sum(1)
+    prompt_len = batch["lengths"] - counts + 1  # lengths: one past the last label index
+    packs: dict[str, int] = {}
+    for prompt, p, c in zip(PROMPTS, prompt_len.tolist(), counts.tolist(), strict=True):
+        if c:
+            packs[prompt] = packs.get(prompt, p) + c
+    assert len(packs) == 3 and packed == (3, max(packs.values()))
+
+
+def test_flash_attention_is_refused_naming_the_setting(tokenizer):
+    model = build_model(len(tokenizer), seed=0)
+    check_packable(model)
+    model.config._attn_implementation = "flash_attention_2"
+    with pytest.raises(ValueError, match="share_prompts.*flash_attention_2"):
+        check_packable(model)
 
 
 def test_a_batch_without_response_tokens_scores_nothing(tokenizer):
