@@ -337,6 +337,28 @@ def test_device_sampling_follows_temperature_and_top_p(temperature, top_p, expec
     torch.testing.assert_close(freq, torch.tensor(expected), atol=0.015, rtol=0)
 
 
+@pytest.mark.parametrize(
+    ("u", "expected"),
+    [(0.0, [1, 0]), (0.5, [3, 2]), (1.0, [3, 2])],  # 1.0: past the largest U a draw can give
+    ids=["lowest", "middle", "top"],
+)
+def test_the_draw_never_picks_a_zero_weight(monkeypatch, u, expected):
+    """The inverse of the cumulative sum at U * total: zero weights (first, between, last)
+    are skipped at either end of [0, 1], and frequencies follow the weights."""
+    from reasoning_core.runtime.engines.static import kernels
+
+    weights = torch.tensor([[0.0, 0.25, 0.0, 0.75, 0.0], [0.5, 0.0, 0.5, 0.0, 0.0]])
+    real = torch.rand
+    monkeypatch.setattr(torch, "rand", lambda shape, **kw: torch.full(shape, u, dtype=kw["dtype"]))
+    assert kernels._inverse_cdf(weights, None).tolist() == expected
+    monkeypatch.setattr(torch, "rand", real)
+    draws = kernels._inverse_cdf(
+        weights[:1].expand(20000, -1).contiguous(), torch.Generator().manual_seed(0)
+    )
+    freq = torch.bincount(draws, minlength=5).float() / len(draws)
+    torch.testing.assert_close(freq, torch.tensor([0, 0.25, 0, 0.75, 0]), atol=0.015, rtol=0)
+
+
 def test_device_sampling_masks_eos_per_row_below_min_tokens():
     logits = torch.tensor([[5.0, 0.0, 0.0]]).expand(4, -1).contiguous()  # EOS (id 0) dominates
     eos = torch.tensor([True, False, False])

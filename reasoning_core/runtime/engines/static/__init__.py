@@ -31,9 +31,9 @@ call with no copy) through a decode loop written for fixed shapes:
   row bucket (powers of two), and the smaller (captured) step runs from then on.
 - **Sampling on the device**, with the semantics of :mod:`reasoning_core.runtime.rollout` and
   the HF engine's ``sample_tokens``: greedy at ``temperature=0``; otherwise
-  ``softmax(logits / T)`` restricted to the smallest top-p prefix, drawn by the exponential race
-  ``argmax(p / E)`` with ``E ~ Exp(1)`` (which is how ``torch.multinomial`` draws one sample,
-  without its host sync); EOS is masked for rows with fewer than ``min_tokens`` tokens; the
+  ``softmax(logits / T)`` restricted to the smallest top-p prefix, drawn by inverting its
+  cumulative sum at one uniform per row (``searchsorted``, no host sync; ``torch.multinomial``
+  draws one exponential per vocabulary entry instead); EOS is masked for rows with fewer than ``min_tokens`` tokens; the
   log-prob returned is ``logits[token] - logsumexp(logits)`` of the raw logits (temperature 1,
   no top-p), the entropy returned that raw distribution's (the ``logsumexp`` shared). One
   ``torch.Generator`` seeded from ``params.seed`` drives every draw.

@@ -96,10 +96,10 @@ def sample_on_device(
             sorted_probs, order = probs.sort(dim=-1, descending=True)
             # the smallest prefix whose mass reaches top_p (the top token always stays)
             drop = sorted_probs.cumsum(dim=-1) - sorted_probs >= params.top_p
-            choice = _exponential_race(sorted_probs.masked_fill(drop, 0.0), generator)
+            choice = _inverse_cdf(sorted_probs.masked_fill(drop, 0.0), generator)
             tokens = order.gather(-1, choice[:, None]).squeeze(-1)
         else:
-            tokens = _exponential_race(probs, generator)
+            tokens = _inverse_cdf(probs, generator)
     lse = torch.logsumexp(logits, dim=-1)
     logp = logits.gather(-1, tokens[:, None]).squeeze(-1) - lse
     logp_all = logits - lse[:, None]
@@ -107,12 +107,17 @@ def sample_on_device(
     return tokens, logp, entropy
 
 
-def _exponential_race(weights: Tensor, generator: torch.Generator | None) -> Tensor:
-    """One index per row drawn with probability ``weights / weights.sum()``:
-    ``argmax(w / E)`` with i.i.d. ``E ~ Exp(1)`` (the smallest ``E / w`` wins a race of
-    exponential clocks of rates ``w``). ``E`` is kept above 0 so a zero weight never wins."""
-    race = torch.empty_like(weights).exponential_(generator=generator)
-    return (weights / race.clamp_min_(torch.finfo(race.dtype).tiny)).argmax(dim=-1)
+def _inverse_cdf(weights: Tensor, generator: torch.Generator | None) -> Tensor:
+    """One index per row drawn with probability ``weights / weights.sum()``: the first index
+    whose cumulative weight exceeds ``U * total`` with ``U ~ Uniform[0, 1)``, one uniform per
+    row (a race of exponential clocks, ``argmax(w / E)``, draws as many exponentials as the
+    vocabulary). The cumulative sum never rises at a zero weight, so a zero weight never wins;
+    the target is kept below the total, which float rounding of ``U * total`` could reach."""
+    cdf = weights.cumsum(dim=-1)
+    total = cdf[:, -1:]
+    u = torch.rand(total.shape, generator=generator, device=weights.device, dtype=cdf.dtype)
+    target = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, target, right=True).squeeze(-1)
 
 
 # -- host-side text handling (vLLM's stop-string semantics, as the HF engine) --------------
