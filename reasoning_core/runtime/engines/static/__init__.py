@@ -33,10 +33,10 @@ call with no copy) through a decode loop written for fixed shapes:
   the HF engine's ``sample_tokens``: greedy at ``temperature=0``; otherwise
   ``softmax(logits / T)`` restricted to the smallest top-p prefix, drawn by inverting its
   cumulative sum at one uniform per row (``searchsorted``, no host sync; ``torch.multinomial``
-  draws one exponential per vocabulary entry instead); EOS is masked for rows with fewer than ``min_tokens`` tokens; the
-  log-prob returned is ``logits[token] - logsumexp(logits)`` of the raw logits (temperature 1,
-  no top-p), the entropy returned that raw distribution's (the ``logsumexp`` shared). One
-  ``torch.Generator`` seeded from ``params.seed`` drives every draw.
+  draws one exponential per vocabulary entry instead); EOS is masked for rows with fewer than
+  ``min_tokens`` tokens; the log-prob returned is ``logits[token] - logsumexp(logits)`` of the
+  raw logits (temperature 1, no top-p), the entropy returned that raw distribution's (the
+  ``logsumexp`` shared). One ``torch.Generator`` seeded from ``params.seed`` drives every draw.
 - **Host side, one step behind.** Token ids, log-probs and entropies are copied to pinned host memory
   asynchronously; the host appends them, watches EOS, ``max_tokens`` and stop strings (vLLM's
   semantics, as the HF engine) for step ``t`` while the GPU runs step ``t + 1``.
