@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from reasoning_core.runtime.batching import MicroBatchSize, tokenize_pairs
 from reasoning_core.runtime.config import ConfigError
-from reasoning_core.runtime.generations import completion_entropy_sums
+from reasoning_core.runtime.generations import sampled_entropy
 from reasoning_core.runtime.rng import Stream, step_rng
 from reasoning_core.runtime.run import (
     after_iteration,
@@ -125,15 +125,17 @@ def train(cfg: EIConfig, out: str) -> dict:
             "rollout/response_length": ro.mean_length,
         }
         if cfg.log_rollout_entropy:
-            engine_sums = completion_entropy_sums(t.tokenizer, ro.completions)
-            if engine_sums is not None:  # hf, static: the entropies the engine sampled with
-                sums, counts = engine_sums
-                line["rollout/entropy"] = sum(sums) / max(1, sum(counts))
-            else:  # vLLM returns none: one no-gradient forward over the rollouts
-                rollout_tokens = tokenize_pairs(ro.prompts, ro.responses, t.tokenizer)
-                line["rollout/entropy"] = response_entropy(
-                    t.model, rollout_tokens, device, score_micro
-                )
+            entropy = sampled_entropy(
+                t.tokenizer,
+                ro.completions,
+                lambda ro=ro: response_entropy(  # called here, in this iteration
+                    t.model,
+                    tokenize_pairs(ro.prompts, ro.responses, t.tokenizer),
+                    device,
+                    score_micro,
+                ),
+            )
+            line["rollout/entropy"] = 0.0 if entropy is None else entropy  # 0: no tokens
             line["time/entropy"] = time.perf_counter() - t_graded
         t.run.log({**line, **ro.seconds}, step=step, split="train")
         # 3. SFT on the kept pairs: sft_epochs epochs, each in a new order.

@@ -19,7 +19,7 @@ from tqdm import tqdm
 import envs
 from reasoning_core.runtime.batching import MicroBatchSize
 from reasoning_core.runtime.eval_report import category, summarize, warn_grading
-from reasoning_core.runtime.generations import completion_entropy_sums, mean_response_entropy
+from reasoning_core.runtime.generations import mean_response_entropy, sampled_entropy
 from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams
 
 
@@ -138,15 +138,11 @@ def evaluate_policy(
     t2 = time.perf_counter()
     summary["entropy"] = None
     if model is not None:
-        flat = [c for outs in completions for c in outs]
-        engine_sums = completion_entropy_sums(tokenizer, flat)
-        if engine_sums is None:
-            summary["entropy"] = records_entropy(
-                model, tokenizer, records, entropy_micro_batch_size
-            )
-        else:
-            sums, counts = engine_sums
-            summary["entropy"] = sum(sums) / sum(counts) if sum(counts) else None
+        summary["entropy"] = sampled_entropy(
+            tokenizer,
+            [c for outs in completions for c in outs],
+            lambda: records_entropy(model, tokenizer, records, entropy_micro_batch_size),
+        )
     summary["time/generate"] = t1 - t0
     summary["time/grade"] = t2 - t1
     summary["time/entropy"] = time.perf_counter() - t2

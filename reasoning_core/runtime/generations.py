@@ -14,6 +14,7 @@ hf and static engines return with each sampled token (:class:`~.rollout.Completi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -119,6 +120,20 @@ def completion_entropy_sums(
         sums.append(sum(c.entropies[:k]))
         counts.append(k)
     return sums, counts
+
+
+def sampled_entropy(
+    tokenizer: Any, completions: list[Completion], forward: Callable[[], float | None]
+) -> float | None:
+    """Token-weighted mean entropy of the completions' responses under the policy that sampled
+    them: from the engine's per-token entropies when every completion carries them
+    (:func:`completion_entropy_sums`, hf and static engines; None when no response has a
+    token), else ``forward()`` (a no-gradient forward, for engines that return none: vLLM)."""
+    engine_sums = completion_entropy_sums(tokenizer, completions)
+    if engine_sums is None:
+        return forward()
+    sums, counts = engine_sums
+    return sum(sums) / sum(counts) if sum(counts) else None
 
 
 def mean_response_entropy(
