@@ -1,5 +1,5 @@
-"""benchmarks/sampling_draw.py runs end to end on a tiny model and reports both draws; the
-engine's own draw is back in place afterwards (the benchmark swaps the baseline in)."""
+"""benchmarks/sampling_draw.py and draw_accuracy.py run end to end on a tiny model and report
+both draws; the engine's own draw is back in place afterwards (they swap the baseline in)."""
 
 from __future__ import annotations
 
@@ -25,3 +25,17 @@ def test_both_draws_are_measured_and_the_engine_draw_is_restored(tmp_path, capsy
         assert set(result[key]) == {"race", "inverse_cdf"}
         assert all(v > 0 for v in result[key].values())
     assert result["speedup"]["draw"] == result["draw_us"]["race"] / result["draw_us"]["inverse_cdf"]
+
+
+def test_draw_accuracy_reports_both_draws_and_restores_the_engine_draw(tmp_path, capsys):
+    real = kernels._inverse_cdf
+    model = save_tiny_model(tmp_path / "model")
+    bench = load_script("benchmarks/draw_accuracy.py")
+    assert bench.main(["--model", str(model), "--seeds", "2", "--examples", "8"]) == 0
+    assert kernels._inverse_cdf is real
+    out = capsys.readouterr().out.strip().splitlines()
+    assert sum(line.startswith("eval seed ") for line in out) == 2
+    result = json.loads(out[-1])
+    assert result["seeds"] == 2 and set(result["accuracy"]) == {"race", "inverse_cdf"}
+    for summary in result["accuracy"].values():
+        assert 0.0 <= summary["mean"] <= 1.0 and summary["sd"] >= 0.0
