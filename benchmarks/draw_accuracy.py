@@ -24,7 +24,6 @@ import torch  # noqa: E402
 
 import envs  # noqa: E402
 from reasoning_core.runtime.engines import make_engine  # noqa: E402
-from reasoning_core.runtime.engines.static import kernels  # noqa: E402
 from reasoning_core.runtime.rollout import SamplingParams  # noqa: E402
 
 
@@ -37,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from sampling_draw import exponential_race  # the replaced draw
+    from sampling_draw import DRAWS, engine_draw
 
     torch.set_num_threads(1)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
@@ -47,28 +46,18 @@ def main(argv: list[str] | None = None) -> int:
     prompts = [task.format_prompt(ex, "r1_zero") for ex in examples]
     reward = task.reward_fn("r1_zero")
     engine = make_engine("static", model, tokenizer, max_batch_size=128)
-    real = kernels._inverse_cdf
-    draws = {"race": exponential_race, "inverse_cdf": real}
-    accuracy: dict[str, list[float]] = {name: [] for name in draws}
-    try:
-        for seed in range(args.seeds):
-            for name, draw in draws.items():
-                kernels._inverse_cdf = draw  # what sample_on_device calls
-                params = SamplingParams(
-                    temperature=1.0, max_tokens=48, stop=["</answer>"], seed=seed
-                )
+    accuracy: dict[str, list[float]] = {name: [] for name in DRAWS}
+    for seed in range(args.seeds):
+        params = SamplingParams(temperature=1.0, max_tokens=48, stop=["</answer>"], seed=seed)
+        for name, draw in DRAWS.items():
+            with engine_draw(draw):
                 out = engine.generate(prompts, params)
-                kernels._inverse_cdf = real
-                correct = sum(
-                    reward(group[0].text, ex.ground_truth)["reward"]
-                    for group, ex in zip(out, examples, strict=True)
-                )
-                accuracy[name].append(correct / len(examples))
-            print(
-                f"eval seed {seed}: " + ", ".join(f"{k} {v[-1]:.4f}" for k, v in accuracy.items())
+            correct = sum(
+                reward(group[0].text, ex.ground_truth)["reward"]
+                for group, ex in zip(out, examples, strict=True)
             )
-    finally:
-        kernels._inverse_cdf = real
+            accuracy[name].append(correct / len(examples))
+        print(f"eval seed {seed}: " + ", ".join(f"{k} {v[-1]:.4f}" for k, v in accuracy.items()))
     summary = {
         name: {"mean": statistics.mean(v), "sd": statistics.stdev(v) if len(v) > 1 else 0.0}
         for name, v in accuracy.items()

@@ -18,6 +18,8 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -38,6 +40,18 @@ def exponential_race(weights: torch.Tensor, generator: torch.Generator | None) -
 DRAWS = {"race": exponential_race, "inverse_cdf": kernels._inverse_cdf}
 
 
+@contextmanager
+def engine_draw(draw: Callable[..., torch.Tensor]) -> Iterator[None]:
+    """The static engine draws with ``draw`` inside the block (``sample_on_device`` calls
+    ``kernels._inverse_cdf``); its own draw is back afterwards, whatever happens."""
+    real = kernels._inverse_cdf
+    kernels._inverse_cdf = draw
+    try:
+        yield
+    finally:
+        kernels._inverse_cdf = real
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="model folder (the tiny-world base)")
@@ -54,32 +68,27 @@ def main(argv: list[str] | None = None) -> int:
     prompts = [task.format_prompt(ex, "r1_zero") for ex in task.load("test", limit=args.examples)]
     params = SamplingParams(temperature=1.0, max_tokens=48, stop=["</answer>"], seed=0)
     engine = make_engine("static", model, tokenizer, max_batch_size=128)
-    real = kernels._inverse_cdf
     draw_us: dict[str, list[float]] = {k: [] for k in DRAWS}
     eval_rate: dict[str, list[float]] = {k: [] for k in DRAWS}
-    try:
-        for r in range(args.rounds):
-            for name in list(DRAWS)[:: 1 if r % 2 == 0 else -1]:
-                fn = DRAWS[name]
-                gen = torch.Generator().manual_seed(r)
-                t0 = time.perf_counter()
-                for _ in range(200):
-                    fn(probs, gen)
-                draw_us[name].append((time.perf_counter() - t0) / 200 * 1e6)
-                kernels._inverse_cdf = fn  # what sample_on_device calls
+    for r in range(args.rounds):
+        for name in list(DRAWS)[:: 1 if r % 2 == 0 else -1]:
+            fn = DRAWS[name]
+            gen = torch.Generator().manual_seed(r)
+            t0 = time.perf_counter()
+            for _ in range(200):
+                fn(probs, gen)
+            draw_us[name].append((time.perf_counter() - t0) / 200 * 1e6)
+            with engine_draw(fn):
                 t0 = time.perf_counter()
                 out = engine.generate(prompts, params)
                 seconds = time.perf_counter() - t0
-                kernels._inverse_cdf = real
-                tokens = sum(len(c.token_ids) for cs in out for c in cs)
-                eval_rate[name].append(tokens / seconds)
-                print(
-                    f"round {r} {name:12s} draw {draw_us[name][-1]:7.1f} us  eval {seconds:5.2f} s"
-                    f" {tokens:6d} tokens {tokens / seconds:7.0f} tokens/s",
-                    flush=True,
-                )
-    finally:
-        kernels._inverse_cdf = real
+            tokens = sum(len(c.token_ids) for cs in out for c in cs)
+            eval_rate[name].append(tokens / seconds)
+            print(
+                f"round {r} {name:12s} draw {draw_us[name][-1]:7.1f} us  eval {seconds:5.2f} s"
+                f" {tokens:6d} tokens {tokens / seconds:7.0f} tokens/s",
+                flush=True,
+            )
     med_draw = {k: statistics.median(v) for k, v in draw_us.items()}
     med_eval = {k: statistics.median(v) for k, v in eval_rate.items()}
     print(

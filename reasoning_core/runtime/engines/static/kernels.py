@@ -112,7 +112,8 @@ def _inverse_cdf(weights: Tensor, generator: torch.Generator | None) -> Tensor:
     whose cumulative weight exceeds ``U * total`` with ``U ~ Uniform[0, 1)``, one uniform per
     row (a race of exponential clocks, ``argmax(w / E)``, draws as many exponentials as the
     vocabulary). The cumulative sum never rises at a zero weight, so a zero weight never wins;
-    the target is kept below the total, which float rounding of ``U * total`` could reach."""
+    the target is clamped below the total, a guard so that no rounding of ``U * total`` can
+    point past the last positive weight."""
     cdf = weights.cumsum(dim=-1)
     total = cdf[:, -1:]
     u = torch.rand(total.shape, generator=generator, device=weights.device, dtype=cdf.dtype)
