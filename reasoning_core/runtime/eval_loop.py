@@ -10,6 +10,8 @@ from a second, no-gradient forward.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import sys
 import time
 from typing import Any, NamedTuple
@@ -21,6 +23,19 @@ from reasoning_core.runtime.batching import MicroBatchSize
 from reasoning_core.runtime.eval_report import category, summarize, warn_grading
 from reasoning_core.runtime.generations import mean_response_entropy, sampled_entropy
 from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams
+
+
+def chunk_seed(seed: int | None, index: int) -> int | None:
+    """Sampling seed of the ``index``-th engine call of one evaluation.
+
+    The first call samples with ``seed`` itself (an evaluation in one call is what the engine
+    gives for that seed); call ``k >= 1`` with a 31-bit seed hashed from ``(seed, k)``, so no
+    two calls of one evaluation, nor of evaluations with nearby seeds, start from the same
+    random stream. None (unseeded) stays None."""
+    if seed is None or index == 0:
+        return seed
+    digest = hashlib.sha256(f"eval-chunk:{int(seed)}:{int(index)}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
 class EvalResult(NamedTuple):
@@ -72,7 +87,8 @@ def evaluate_policy(
         template: prompt template name (``r1_zero``, ``question_only``, ``countdown``).
         params: sampling settings (the handout's eval: temperature 1, top_p 1, 1024 tokens,
             stop at ``</answer>`` kept).
-        batch_size: prompts per ``engine.generate`` call (all at once when None).
+        batch_size: prompts per ``engine.generate`` call (all at once when None); each call
+            samples with its own seed, :func:`chunk_seed` of ``params.seed`` and its index.
         reward_fn: overrides ``task.reward_fn(template)``.
         grade_timeout, num_workers: passed to ``envs.grade_batch`` (its defaults when None).
         progress: show a progress bar over examples (stderr).
@@ -94,9 +110,10 @@ def evaluate_policy(
     bar = None
     if progress:
         bar = tqdm(total=len(prompts), desc="generate", unit="ex", file=sys.stderr)
-    for start in range(0, len(prompts), step):
+    for index, start in enumerate(range(0, len(prompts), step)):
         chunk = prompts[start : start + step]
-        completions.extend(engine.generate(chunk, params))
+        chunk_params = dataclasses.replace(params, seed=chunk_seed(params.seed, index))
+        completions.extend(engine.generate(chunk, chunk_params))
         if bar is not None:
             bar.update(len(chunk))
     if bar is not None:

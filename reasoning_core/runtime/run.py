@@ -203,7 +203,7 @@ class Evaluator:
             max_tokens=cfg.eval_max_tokens,
             stop=list(cfg.stop),
             include_stop_str_in_output=True,
-            seed=cfg.eval_seed,
+            seed=cfg.seed if cfg.eval_seed is None else cfg.eval_seed,
         )
         self.entropy_micro = MicroBatchSize(
             max(8, getattr(cfg, "micro_batch_size", 8)),

@@ -90,7 +90,9 @@ class CommonConfig:
     eval_temperature: float = 1.0
     eval_top_p: float = 1.0
     eval_max_tokens: int = 1024
-    eval_seed: int = 0  # same default as `rrl eval`, so step 0 matches the zero-shot run
+    # Seed of the evaluation's sampling; None: the run's `seed`, so runs with other seeds are
+    # also evaluated on other draws (and step 0 of seed N is `rrl eval --set seed=N`'s sample).
+    eval_seed: int | None = None
     eval_batch_size: int | None = 256  # prompts per engine call, as `rrl eval` (None: all at once)
     stop: list[str] = field(default_factory=lambda: ["</answer>"])
     # Saving and watching.

@@ -9,6 +9,7 @@ import torch
 from tiny_model import build_model, build_tokenizer, save_tiny_model
 
 from reasoning_core.runtime import evaluate, generations
+from reasoning_core.runtime.eval_loop import chunk_seed
 from reasoning_core.runtime.rollout import Completion, SamplingParams
 
 
@@ -77,6 +78,32 @@ def test_evaluate_policy_counts_categories(task, examples):
         "bad_format": 2,
     }
     assert all(len(v["examples"]) == 1 for v in report.values())
+
+
+def test_each_engine_call_of_an_evaluation_samples_from_its_own_seed(task, examples):
+    """Calls of one evaluation must not replay one random stream (rows k and k + batch_size
+    would share their draws): the first call keeps the seed, the others get distinct ones."""
+    engine = ScriptedEngine(scripted_for(examples))
+    evaluate.evaluate_policy(
+        engine, examples, task, "r1_zero", SamplingParams(max_tokens=32, seed=7), batch_size=2
+    )
+    seeds = [params.seed for _, params in engine.calls]
+    assert len(seeds) == 3 and seeds[0] == 7 and len(set(seeds)) == 3
+    assert seeds == [chunk_seed(7, k) for k in range(3)]
+
+    unseeded = ScriptedEngine(scripted_for(examples))
+    evaluate.evaluate_policy(
+        unseeded, examples, task, "r1_zero", SamplingParams(max_tokens=32), batch_size=4
+    )
+    assert [params.seed for _, params in unseeded.calls] == [None, None]
+
+
+def test_chunk_seeds_of_nearby_eval_seeds_do_not_collide():
+    """Seed N's later calls must not start where seed N + 1's first call does (seed + k)."""
+    seeds = [chunk_seed(s, k) for s in range(50) for k in range(8)]
+    assert len(set(seeds)) == len(seeds)
+    assert all(0 <= x < 2**31 for x in seeds)
+    assert chunk_seed(3, 2) == chunk_seed(3, 2)  # deterministic across calls
 
 
 @pytest.fixture(scope="module")
@@ -339,3 +366,15 @@ def test_rerun_after_a_crash_before_done_json_logs_one_eval_line(
     assert evaluate.main([*argv, "--out", str(out)]) == 0
     (line,) = (out / "metrics.jsonl").read_text().splitlines()
     assert json.loads(line)["accuracy"] == pytest.approx(2 / 6)
+
+
+@pytest.mark.parametrize(("seed", "eval_seed", "drawn"), [(0, None, 0), (2, None, 2), (2, 5, 5)])
+def test_a_trainers_evaluation_samples_with_the_runs_seed_unless_eval_seed_is_set(
+    task, seed, eval_seed, drawn
+):
+    """Seeds of a study differ in their evaluation draw too (eval_seed unset follows seed)."""
+    from reasoning_core.runtime.run import Evaluator
+    from reasoning_core.runtime.settings import CommonConfig
+
+    cfg = CommonConfig(task="arithmetic", seed=seed, eval_seed=eval_seed, eval_examples=6)
+    assert Evaluator(cfg, task, tokenizer=None).params.seed == drawn

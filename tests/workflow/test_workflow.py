@@ -56,25 +56,27 @@ def test_default_study_plan_shares_the_control_and_runs_two_jobs_at_once(tmp_pat
     outputs = [j["output"] for j in jobs if "output" in j]
     assert len(outputs) == len(set(outputs))
     assert "results/summary.tsv" in outputs
-    # Every training run once per seed (0, 1, 2), and one seeds.json per run across seeds;
-    # the base model and zero-shot once.
+    # Every run once per seed (0, 1, 2), zero-shot included, and one seeds.json per run across
+    # seeds; the base model once.
     for seed in (0, 1, 2):
         assert f"results/grpo/default/seed~{seed}/done.json" in outputs
         assert f"results/leaderboard/seed~{seed}/done.json" in outputs
+        assert f"results/zero_shot/seed~{seed}/done.json" in outputs
     assert "results/grpo/default/done.json" not in outputs
-    assert {"results/base/done.json", "results/zero_shot/done.json"} <= set(outputs)
+    assert "results/zero_shot/done.json" not in outputs
+    assert "results/base/done.json" in outputs
     by_rule = {}
     for job in jobs:
         by_rule.setdefault(job["rule"], []).append(job)
-    assert len(by_rule["tiny_world"]) == len(by_rule["zero_shot"]) == 1
-    seeded = [j for j in jobs if j["rule"] in {"sft", "ei", "grpo", "leaderboard"}]
+    assert len(by_rule["tiny_world"]) == 1 and len(by_rule["zero_shot"]) == 3
+    seeded = [j for j in jobs if j["rule"] in {"zero_shot", "sft", "ei", "grpo", "leaderboard"}]
     assert len(seeded) == 3 * len(by_rule["seeds"])
     [summary] = by_rule["summary"]
     inputs = summary["input"].split(", ")
     assert (
         "results/grpo/lr~3e-4/seeds.json" in inputs and "results/leaderboard/seeds.json" in inputs
     )
-    assert "results/zero_shot/done.json" in inputs
+    assert "results/zero_shot/seeds.json" in inputs
     assert all(j["output"].endswith("/seeds.json") for j in by_rule["seeds"])
     # Plots read the run folders and wait for every seed.
     [methods] = by_rule["plot_methods"]
@@ -100,6 +102,11 @@ def test_leaderboard_seed_starts_from_the_same_sft_seed(tmp_path):
             seed = job["wildcards"].removeprefix("seed=")
             assert f"results/sft/default/seed~{seed}/done.json" in job["input"].split(", ")
     lines = [line.removeprefix("Shell command: ") for line in result.stdout.splitlines()]
+    # Zero-shot seed N samples its evaluation with seed N, as the trained runs' seed N do.
+    zero = sorted(line for line in lines if line.startswith("rrl eval "))
+    assert len(zero) == 2
+    for seed, line in zip((3, 7), zero, strict=True):
+        assert f"--set seed={seed} --out results/zero_shot/seed~{seed} >" in line
     lines = [line for line in lines if line.startswith("rrl grpo ")]
     board = [line for line in lines if "--out results/leaderboard/seed~7" in line]
     assert len(board) == 1
@@ -118,10 +125,11 @@ def test_leaderboard_seed_starts_from_the_same_sft_seed(tmp_path):
         (["seeds=[0, 0]"], "seeds"),
         (["seeds=[-1]"], "seeds"),
         (["threads_per_job=0"], "threads_per_job"),
-        (["settings={grpo: {seed: 3}}"], "setting 'settings.grpo.seed': training runs take"),
+        (["settings={grpo: {seed: 3}}"], "setting 'settings.grpo.seed': runs take"),
+        (["settings={eval: {seed: 3}}"], "setting 'settings.eval.seed': runs take"),
         (
             ["leaderboard={settings: {seed: 1}}"],
-            "setting 'leaderboard.settings.seed': training runs take",
+            "setting 'leaderboard.settings.seed': runs take",
         ),
         (["leaderboard={sft_run: 'seed~1'}"], "setting 'leaderboard.sft_run': 'seed~1' names a"),
     ],
@@ -245,12 +253,16 @@ def test_smoke_workflow_runs_end_to_end(tmp_path):
     print(f"smoke workflow: {seconds:.0f} s")
     results = tmp_path / "results" / "smoke"
 
-    # Every planned run finished and left the SPEC section 3 files; training runs in their
-    # seed folder (smoke: seed 0 only), the base model and zero-shot once.
+    # Every planned run finished and left the SPEC section 3 files; every run in its seed
+    # folder (smoke: seed 0 only), zero-shot included; the base model once.
     runs = [p.parent for p in results.rglob("done.json")]
     assert len(runs) >= 15
     seeded = [run for run in runs if run.name == "seed~0"]
-    assert {run.name for run in runs} - {"seed~0"} == {"base", "zero_shot"}
+    trained = [run for run in seeded if run.parent.name != "zero_shot"]
+    assert {run.name for run in runs} - {"seed~0"} == {"base"}
+    assert results / "zero_shot" / "seed~0" in seeded
+    assert yaml.safe_load((results / "zero_shot/seed~0/config.yaml").read_text())["seed"] == 0
+    assert (results / "zero_shot/seeds.json").is_file()
     for run in runs:
         assert (run / "metrics.jsonl").is_file(), run
         done = json.loads((run / "done.json").read_text())
@@ -260,7 +272,7 @@ def test_smoke_workflow_runs_end_to_end(tmp_path):
         for record in records:
             assert isinstance(record["step"], int), record
             assert record["split"] in {"train", "eval", "done"}, record
-        if run in seeded:  # a trainer's last line repeats done.json (committed, unlike it)
+        if run in trained:  # a trainer's last line repeats done.json (committed, unlike it)
             assert yaml.safe_load((run / "config.yaml").read_text())["seed"] == 0
             last = records[-1]
             assert last["split"] == "done" and last["step"] == done["step"]
@@ -290,7 +302,7 @@ def test_smoke_workflow_runs_end_to_end(tmp_path):
     with (results / "summary.tsv").open() as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
     assert len(rows) == len(runs) + len(seeded)
-    assert sorted(r["seed"] for r in rows) == sorted(["", ""] + ["0", "mean"] * len(seeded))
+    assert sorted(r["seed"] for r in rows) == sorted([""] + ["0", "mean"] * len(seeded))
     columns = set(rows[0])
     assert {"experiment", "run", "eval_accuracy", "eval_format_reward", "eval_examples"} <= columns
     assert {"wall_seconds", "lr", "loss_type", "max_examples", "template"} <= columns

@@ -8,9 +8,10 @@
 # is the control of every ablation) is planned and trained once.
 #
 # Every training run (sft, ei, grpo, the leaderboard recipe) is trained once per seed of the
-# `seeds` setting, into {run}/seed~{N} (`--set seed=N`; evaluation keeps its fixed eval_seed,
-# so the seeds are compared on the same eval draw), and {run}/seeds.json gathers them (rule
-# seeds). The base model and zero-shot are built once: {results_dir}/base, .../zero_shot.
+# `seeds` setting, into {run}/seed~{N} (`--set seed=N`; evaluation samples with seed N too, so
+# a band holds both training's and the evaluation sample's variation), and {run}/seeds.json
+# gathers them (rule seeds). Zero-shot is evaluated once per seed as well ({results_dir}/
+# zero_shot/seed~{N}); the base model is built once ({results_dir}/base).
 # Families, plots and the summary name run folders (without the seed); the input functions
 # below expand them into every seed's done.json.
 
@@ -58,13 +59,13 @@ def _method_settings():
         base = dict(section) if isinstance(section, dict) else {}
         base.update(config["settings"].get(command, {}))
         out[command] = base
-    seeded = [c for c in ("sft", "ei", "grpo") if "seed" in config["settings"].get(c, {})]
+    seeded = [c for c in ("eval", "sft", "ei", "grpo") if "seed" in config["settings"].get(c, {})]
     if "seed" in config["leaderboard"].get("settings", {}):
         seeded.append("leaderboard")
     if seeded:
         where = f"settings.{seeded[0]}" if seeded[0] != "leaderboard" else "leaderboard.settings"
         raise ValueError(
-            f"setting '{where}.seed': training runs take their seeds from the setting 'seeds' "
+            f"setting '{where}.seed': runs take their seeds from the setting 'seeds' "
             f"(now {SEEDS}), one run folder seed~N per seed"
         )
     return out
@@ -258,12 +259,12 @@ ALL_RUNS = _unique(
     + ([f"{R}/sft/{LEADERBOARD_SFT_RUN}"] if LEADERBOARD_STARTS_FROM_SFT else [])
 )
 
-# Run folders built once (no seed folders); every other run is trained once per seed.
-SINGLE_RUNS = {f"{R}/base", f"{R}/zero_shot"}
+# Run folders built once (no seed folders); every other run is run once per seed.
+SINGLE_RUNS = {f"{R}/base"}
 
 
 def run_done(run):
-    """done.json of a run folder: its own (base model, zero-shot) or every seed's."""
+    """done.json of a run folder: its own (the base model) or every seed's."""
     if run in SINGLE_RUNS:
         return [f"{run}/done.json"]
     return [f"{run}/seed~{seed}/done.json" for seed in SEEDS]

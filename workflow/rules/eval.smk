@@ -1,4 +1,6 @@
-# Zero-shot evaluation of the base model (the handout's first baseline).
+# Zero-shot evaluation of the base model (the handout's first baseline), once per seed of the
+# `seeds` setting: seed N samples as the trained runs' seed N evaluate (their step 0 is this
+# sample), so zero-shot has a band like every other run.
 
 
 rule zero_shot:
@@ -6,11 +8,13 @@ rule zero_shot:
         methods=METHODS_FILE,
         base=base_model_input(),
     output:
-        done=f"{R}/zero_shot/done.json",
+        done=f"{R}/zero_shot/seed~{{seed}}/done.json",
     log:
-        f"{R}/logs/zero_shot.log",
+        f"{R}/logs/zero_shot/seed~{{seed}}.log",
     benchmark:
-        f"{R}/benchmarks/zero_shot.tsv"
+        f"{R}/benchmarks/zero_shot/seed~{{seed}}.tsv"
+    wildcard_constraints:
+        seed=SEED_REGEX,
     conda:
         "../envs/rrl.yaml"
     threads: THREADS
@@ -22,4 +26,4 @@ rule zero_shot:
         settings=command_settings("eval"),
     shell:
         "rrl eval --config {input.methods} --set model_path={params.model} {params.settings} "
-        "--out {params.out} > {log} 2>&1"
+        "--set seed={wildcards.seed} --out {params.out} > {log} 2>&1"

@@ -28,7 +28,7 @@ line), SFT's example counts when some run has them (``pool_examples``, ``kept_ex
 ``eval_accuracy_std``, ``eval_accuracy_ci95``, ``eval_format_reward_std``,
 ``eval_format_reward_ci95``.
 
-Rows: a single run (the base model, zero-shot) gives one row with an empty ``seed``; a run
+Rows: a single run (the base model; a run of the layout before seeds) gives one row with an empty ``seed``; a run
 across seeds gives one row per seed (``seed`` = N), then one row with ``seed`` = ``mean``
 holding the mean over the seeds of every numeric column, ``n_seeds``, and the sample standard
 deviation and the 95% Student-t half-width of the final accuracy and format reward

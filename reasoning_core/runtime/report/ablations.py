@@ -7,7 +7,8 @@ writes ``ablations.tsv``, one row per (metric, run, baseline) comparison:
   against ``grpo/default``);
 - the ``leaderboard`` against ``grpo/default`` (GRPO from the SFT checkpoint against GRPO from
   the base);
-- every trained run against ``zero_shot`` (a single evaluation, taken as a constant).
+- every trained run against ``zero_shot`` (its seeds; a ``zero_shot`` folder without seeds,
+  one evaluation, is taken as a constant).
 
 For a run with seeds ``x_1..x_n`` (mean ``a``, sample variance ``s_a^2``) against a baseline
 with ``m`` values (mean ``b``, ``s_b^2``; ``s_b^2 / m`` is 0 for a single value)::
