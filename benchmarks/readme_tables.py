@@ -5,7 +5,8 @@
 The first table: one row per run, the mean accuracy over seeds +- the 95% half-width, each
 seed's accuracy, format reward and the mean wall seconds. The second: each ablation's accuracy
 difference against its baseline (not against zero-shot), its 95% interval and whether it is
-clear of 0. ``--compare`` prints the (metric, run, baseline) comparisons whose verdict differs
+clear of 0. Then the job time per family from the rules' benchmark files
+(``results/benchmarks/``). ``--compare`` prints the (metric, run, baseline) comparisons whose verdict differs
 between that older ``ablations.tsv`` and this one. ``tests/benchmarks/test_readme_tables.py``
 checks that every row it prints for the committed ``results/`` is in README.md.
 """
@@ -69,6 +70,28 @@ def ablations_table(ablations: list[dict[str, str]]) -> list[str]:
     return lines
 
 
+FAMILY_ORDER = ("base", "zero_shot", "sft", "ei", "grpo", "leaderboard")
+
+
+def family_times(benchmarks: Path) -> list[str]:
+    """Jobs and summed seconds (column ``s`` of each rule's benchmark file) per family: the
+    first folder under ``benchmarks`` (``base.tsv``: the base model), then the total."""
+    totals: dict[str, list[float]] = {}
+    for path in sorted(benchmarks.rglob("*.tsv")):
+        rel = path.relative_to(benchmarks)
+        family = rel.parts[0] if len(rel.parts) > 1 else path.stem
+        [row] = read_tsv(path)[-1:]
+        totals.setdefault(family, []).append(float(row["s"]))
+    order = [f for f in FAMILY_ORDER if f in totals] + sorted(set(totals) - set(FAMILY_ORDER))
+    lines = []
+    for family in order:
+        jobs, seconds = len(totals[family]), sum(totals[family])
+        lines.append(f"{family:<14}{jobs:>2} jobs {seconds:>8.0f} s ({seconds / 60:5.1f} min)")
+    total = sum(sum(v) for v in totals.values())
+    lines.append(f"{'all':<22}{total:.0f} s ({total / 60:5.1f} min) of job time")
+    return lines
+
+
 def flipped(old: list[dict[str, str]], new: list[dict[str, str]]) -> list[str]:
     """Comparisons present in both tables whose ``clear`` verdict differs."""
     key = lambda r: (r["metric"], r["run"], r["baseline"])  # noqa: E731
@@ -96,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(runs_table(summary)))
     print()
     print("\n".join(ablations_table(ablations)))
+    print()
+    print("\n".join(family_times(args.results / "benchmarks")))
     if args.compare:
         print()
         print("\n".join(flipped(read_tsv(args.compare), ablations)))
