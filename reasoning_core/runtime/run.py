@@ -182,7 +182,8 @@ class RunContext:
 
 
 class Evaluator:
-    """Sampled evaluation on a fixed list of eval problems with a fixed seed.
+    """Sampled evaluation on a fixed list of eval problems with a fixed seed (``eval_seed``, or
+    the run's ``seed`` when unset; each engine call its own, see ``eval_loop.chunk_seed``).
 
     Each ``eval`` line also carries ``entropy``: the policy's mean token entropy over the
     responses, token-weighted (every response token of every response counts once), from a

@@ -83,7 +83,7 @@ class CommonConfig:
     warmup_steps: int = 0
     min_lr_ratio: float = 0.0
     max_grad_norm: float = 1.0
-    # Evaluation (sampled, fixed problems, fixed seed).
+    # Evaluation (sampled, fixed problems, seeded: the same seed draws the same sample).
     eval_examples: int | None = 512
     eval_every: int = 0  # in the trainer's own unit of steps; 0 = only at start and end
     eval_at_start: bool = True
