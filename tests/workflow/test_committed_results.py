@@ -1,0 +1,45 @@
+"""What the committed tiny study (results/) must show by construction, whatever its numbers:
+seed N of every run is evaluated with seed N, so every run that starts from the base model with
+the r1_zero prompt scores at step 0 exactly what zero-shot's seed N scored (the same model, the
+same problems, the same draw), and zero-shot's seeds are different draws."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from project_root import ROOT
+
+RESULTS = ROOT / "results"
+
+
+def first_eval(run):
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["split"] == "eval":
+            return record
+    raise AssertionError(f"{run}: no eval line")
+
+
+def test_step_0_of_every_run_from_the_base_is_zero_shot_of_the_same_seed():
+    zero = {
+        int(run.name.removeprefix("seed~")): first_eval(run)
+        for run in sorted((RESULTS / "zero_shot").glob("seed~*"))
+    }
+    assert sorted(zero) == [0, 1, 2]
+    assert len({(z["accuracy"], z["response_length"]) for z in zero.values()}) == 3
+    checked = []
+    for path in sorted(RESULTS.glob("*/**/seed~*/config.yaml")):
+        run = path.parent
+        cfg = yaml.safe_load(path.read_text())
+        if run.parent.name == "zero_shot" or cfg.get("model_path") != "results/base":
+            continue
+        if cfg["template"] != "r1_zero":
+            continue
+        step0, z = first_eval(run), zero[cfg["seed"]]
+        assert step0["step"] == 0, run
+        keys = ("accuracy", "format_reward", "response_length", "num_examples")
+        assert {k: step0[k] for k in keys} == {k: z[k] for k in keys}, run
+        checked.append(run)
+    # sft, ei and grpo runs from the base (all but the question_only prompt), three seeds each
+    assert len(checked) >= 3 * 20, checked
