@@ -161,17 +161,15 @@ def test_smoke_math_workflow_runs_the_math_path_end_to_end(tmp_path):
         "grpo/default",
         "leaderboard",
     }
-    # Training runs live in their seed folder (one seed here), zero-shot in its own.
-    folders = {
-        run: results / run if run == "zero_shot" else results / run / "seed~0" for run in runs
-    }
+    # Every run lives in its seed folder (one seed here), zero-shot too.
+    folders = {run: results / run / "seed~0" for run in runs}
     for run, folder in folders.items():
         done = json.loads((folder / "done.json").read_text())
         assert done["eval_examples"] == 4, (run, done)
         assert (folder / "config.yaml").is_file()
+        assert json.loads((results / run / "seeds.json").read_text())["seeds"] == [0]
     for run in runs - {"zero_shot"}:
         assert (folders[run] / "checkpoint" / "model.safetensors").is_file(), run
-        assert json.loads((results / run / "seeds.json").read_text())["seeds"] == [0]
     # Every SFT run read the rule's file; the filtered one recorded kept out of total.
     for run in ("sft/default", "sft/filter_correct~true"):
         config = yaml.safe_load((folders[run] / "config.yaml").read_text())
@@ -186,9 +184,7 @@ def test_smoke_math_workflow_runs_the_math_path_end_to_end(tmp_path):
 
     with (results / "summary.tsv").open() as f:
         rows = {(r["run"], r["seed"]): r for r in csv.DictReader(f, delimiter="\t")}
-    assert set(rows) == {("zero_shot", "")} | {
-        (run, seed) for run in runs - {"zero_shot"} for seed in ("0", "mean")
-    }
+    assert set(rows) == {(run, seed) for run in runs for seed in ("0", "mean")}
     kept = str(done["filtered_examples"])
     for seed in ("0", "mean"):  # the counts come from the committed metrics.jsonl
         row = rows[("sft/filter_correct~true", seed)]
