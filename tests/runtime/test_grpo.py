@@ -227,6 +227,22 @@ def test_grpo_runs_with_the_static_engine(world, tmp_path):
     assert [r["num_examples"] for r in lines if r["split"] == "eval"] == [8, 8]
 
 
+def test_a_shorter_run_is_the_longer_runs_first_steps(world, tmp_path, monkeypatch):
+    """N GRPO steps are the first N steps of a longer run with the same settings, its final
+    evaluation the longer run's evaluation after N steps (constant learning rate after warm-up,
+    randomness keyed by step, evaluation drawing apart from training): what lets
+    benchmarks/truncated_study.py read a shorter study off the committed one. Scripted
+    rollouts make every step update the weights, so the equality is not vacuous."""
+    scripted_rollouts.install(monkeypatch)
+    cfg = {**GRPO, "engine": "static", "eval_every": 2}
+    short = without_time(run_trainer(grpo, {**cfg, "n_grpo_steps": 2}, world, tmp_path / "s"))
+    long = without_time(run_trainer(grpo, {**cfg, "n_grpo_steps": 4}, world, tmp_path / "l"))
+    assert short[-1]["split"] == "done" and short[-2]["split"] == "eval"
+    assert short[:-1] == [r for r in long if r["split"] != "done" and r["step"] <= 4]
+    assert short[-1]["eval_accuracy"] == short[-2]["accuracy"]
+    assert any(r["split"] == "train" and r["grad_norm"] > 0 for r in short)
+
+
 def test_shared_prompt_micro_batches_hold_whole_groups(world, tmp_path, monkeypatch):
     """With share_prompts, a train batch's rows reach the update grouped by question (rows of
     one group are consecutive), groups by their total response length, shortest row first
