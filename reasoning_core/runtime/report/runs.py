@@ -140,7 +140,8 @@ SEED_FOLDER = re.compile(r"seed~(0|[1-9][0-9]*)")
 
 def seed_runs(run: str | Path, seeds: Sequence[int] | None = None) -> list[tuple[int, Path]]:
     """``(seed, folder)`` of every ``run/seed~<N>`` folder, by seed ([] for a folder that is a
-    single run, such as the base model, zero-shot or a run of the layout before seeds).
+    single run, such as the base model or a run of the layout before seeds; where seed
+    folders exist they stand for the run, and a metrics.jsonl beside them is not read).
 
     ``seeds``: only these (the study's ``seeds`` setting, so that folders of seeds a study no
     longer runs are left out); ValueError naming the folder when one of them is missing."""
@@ -201,12 +202,15 @@ def find_runs(results: str | Path) -> list[Path]:
 
 
 def seed_folders(run: str | Path) -> list[Path]:
-    """The folders holding a run's ``metrics.jsonl``: ``[run]`` when ``run/metrics.jsonl``
-    exists (one seed), else its ``seed~N`` subfolders that hold one, by N; [] when none do."""
+    """The folders holding a run's ``metrics.jsonl``: its ``seed~N`` subfolders that hold one,
+    by N; else ``[run]`` when ``run/metrics.jsonl`` exists (one seed); [] when none do. Seed
+    folders win, as in the summary (:func:`seed_runs`): a ``metrics.jsonl`` left beside them
+    by the layout before seeds (zero-shot's, before it had seeds) is not read."""
     run = Path(run)
-    if (run / "metrics.jsonl").is_file():
-        return [run]
-    return [folder for _, folder in seed_runs(run) if (folder / "metrics.jsonl").is_file()]
+    seeds = [folder for _, folder in seed_runs(run) if (folder / "metrics.jsonl").is_file()]
+    if seeds:
+        return seeds
+    return [run] if (run / "metrics.jsonl").is_file() else []
 
 
 def read_seeds(run: str | Path, *, warn: bool = True) -> list[list[dict[str, Any]]]:
@@ -215,10 +219,10 @@ def read_seeds(run: str | Path, *, warn: bool = True) -> list[list[dict[str, Any
 
 
 def config_file(run: str | Path) -> Path:
-    """A run's ``config.yaml``: its own, else its first seed's (the seeds' configurations differ
-    only in ``seed``)."""
+    """A run's ``config.yaml``: its first seed's when it has seed folders (the seeds'
+    configurations differ only in ``seed``), else its own."""
     run = Path(run)
     folders = seed_folders(run)
-    if (run / "config.yaml").is_file() or not folders:
-        return run / "config.yaml"
-    return folders[0] / "config.yaml"
+    if folders and folders[0] != run:
+        return folders[0] / "config.yaml"
+    return run / "config.yaml"

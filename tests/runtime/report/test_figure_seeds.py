@@ -126,6 +126,10 @@ def test_seed_folders_old_layout_and_numeric_seed_order(tmp_path):
     (run / "seed~5").mkdir()  # a seed not yet run (no metrics.jsonl) is not one
     assert len(report.seed_folders(run)) == 3
     assert report.seed_folders(tmp_path / "absent") == []
+    # A metrics.jsonl left beside seed folders (zero-shot's, from before it had seeds) is not
+    # read: the seeds stand for the run, in the figures as in the summary.
+    write_run(old / "seed~0", [{"step": 0, "split": "eval", "accuracy": 0.3}])
+    assert report.seed_folders(old) == [old / "seed~0"]
     # labels read the settings from the first seed's config.yaml
     assert report.config_file(run) == run / "seed~0" / "config.yaml"
 
