@@ -73,15 +73,25 @@ def ablations_table(ablations: list[dict[str, str]]) -> list[str]:
 FAMILY_ORDER = ("base", "zero_shot", "sft", "ei", "grpo", "leaderboard")
 
 
-def family_times(benchmarks: Path) -> list[str]:
-    """Jobs and summed seconds (column ``s`` of each rule's benchmark file) per family: the
-    first folder under ``benchmarks`` (``base.tsv``: the base model), then the total."""
-    totals: dict[str, list[float]] = {}
+def job_benchmarks(benchmarks: Path) -> list[tuple[str, Path, float]]:
+    """``(family, job, seconds)`` of every rule's benchmark file under ``benchmarks``: the
+    family is the first folder (``base.tsv``: the base model), the job the file's path without
+    ``.tsv`` relative to ``benchmarks`` (``grpo/default/seed~0``: the run's folder under the
+    results), the seconds its column ``s``."""
+    jobs = []
     for path in sorted(benchmarks.rglob("*.tsv")):
         rel = path.relative_to(benchmarks)
         family = rel.parts[0] if len(rel.parts) > 1 else path.stem
         [row] = read_tsv(path)[-1:]
-        totals.setdefault(family, []).append(float(row["s"]))
+        jobs.append((family, rel.with_suffix(""), float(row["s"])))
+    return jobs
+
+
+def family_times(benchmarks: Path) -> list[str]:
+    """Jobs and summed seconds per family (:func:`job_benchmarks`), then the total."""
+    totals: dict[str, list[float]] = {}
+    for family, _, seconds in job_benchmarks(benchmarks):
+        totals.setdefault(family, []).append(seconds)
     order = [f for f in FAMILY_ORDER if f in totals] + sorted(set(totals) - set(FAMILY_ORDER))
     lines = []
     for family in order:

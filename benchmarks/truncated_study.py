@@ -17,78 +17,60 @@ plus the study's measured overhead over that ideal (``--study-wall``).
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from reasoning_core.runtime.report.ablations import ablation_rows, read_seed_values
 from reasoning_core.runtime.report.bands import with_grpo_steps
-from reasoning_core.runtime.report.seeds import SEED_METRICS, mean_std_ci95
+from reasoning_core.runtime.report.runs import find_runs, read_metrics, seed_folders
+from reasoning_core.runtime.report.seeds import mean_std_ci95
+
+sys.path.insert(0, str(Path(__file__).parent))
+from readme_tables import job_benchmarks  # noqa: E402
 
 TRUNCATED = ("grpo", "leaderboard")  # experiments whose runs are GRPO runs
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def eval_at(records: list[dict[str, Any]], grpo_step: int, path: Path) -> dict[str, Any]:
-    """The evaluation line logged after ``grpo_step`` GRPO steps (KeyError naming the file and
-    the GRPO steps that were evaluated when there is none)."""
+def eval_at(folder: Path, grpo_steps: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The evaluation line ``folder`` logged after ``grpo_steps`` GRPO steps, and all its
+    records (KeyError naming the file and the GRPO steps that were evaluated when none was)."""
+    records = read_metrics(folder)
     evals = [r for r in with_grpo_steps(records) if r.get("split") == "eval"]
     for r in evals:
-        if r.get("grpo_step") == grpo_step:
-            return r
+        if r.get("grpo_step") == grpo_steps:
+            return r, records
     steps = [int(r["grpo_step"]) for r in evals if "grpo_step" in r]
-    raise KeyError(f"{path}: no evaluation after {grpo_step} GRPO steps (evaluated: {steps})")
-
-
-def seed_folders(results: Path, experiment: str) -> list[Path]:
-    return sorted(p.parent for p in (results / experiment).rglob("seed~*/metrics.jsonl"))
-
-
-def run_name(results: Path, folder: Path) -> str:
-    return folder.parent.relative_to(results).as_posix()
+    raise KeyError(
+        f"{folder / 'metrics.jsonl'}: no evaluation after {grpo_steps} GRPO steps "
+        f"(evaluated: {steps})"
+    )
 
 
 def truncated_values(results: Path, grpo_steps: int) -> dict[str, dict[str, list[float]]]:
     """``read_seed_values`` of the study with every GRPO run's final values taken at
     ``grpo_steps``."""
     values = read_seed_values(results / "summary.tsv")
-    for experiment in TRUNCATED:
-        runs: dict[str, dict[str, list[float]]] = {}
-        for folder in seed_folders(results, experiment):
-            path = folder / "metrics.jsonl"
-            line = eval_at(read_records(path), grpo_steps, path)
-            run = runs.setdefault(run_name(results, folder), {m: [] for m in SEED_METRICS})
-            run["eval_accuracy"].append(line["accuracy"])
-            run["eval_format_reward"].append(line["format_reward"])
-        values.update(runs)
+    for run in find_runs(results):
+        name = run.relative_to(results).as_posix()
+        if name.split("/")[0] not in TRUNCATED:
+            continue
+        lines = [eval_at(folder, grpo_steps)[0] for folder in seed_folders(run)]
+        values[name] = {
+            "eval_accuracy": [line["accuracy"] for line in lines],
+            "eval_format_reward": [line["format_reward"] for line in lines],
+        }
     return values
-
-
-def benchmark_seconds(path: Path) -> float:
-    with path.open(newline="") as f:
-        return float(list(csv.DictReader(f, delimiter="\t"))[-1]["s"])
 
 
 def job_seconds(results: Path, grpo_steps: int | None) -> dict[str, float]:
     """Summed benchmark seconds per family; with ``grpo_steps``, each GRPO run less what its
     metrics logged after the evaluation at that many GRPO steps."""
-    bench = results / "benchmarks"
     totals: dict[str, float] = {}
-    for path in sorted(bench.rglob("*.tsv")):
-        rel = path.relative_to(bench)
-        family = rel.parts[0] if len(rel.parts) > 1 else path.stem
-        seconds = benchmark_seconds(path)
+    for family, job, seconds in job_benchmarks(results / "benchmarks"):
         if grpo_steps is not None and family in TRUNCATED:
-            folder = results / rel.with_suffix("")
-            metrics = folder / "metrics.jsonl"
-            records = read_records(metrics)
-            cut = eval_at(records, grpo_steps, metrics)["time/elapsed"]
-            seconds -= records[-1]["time/elapsed"] - cut
+            line, records = eval_at(results / job, grpo_steps)
+            seconds -= records[-1]["time/elapsed"] - line["time/elapsed"]
         totals[family] = totals.get(family, 0.0) + seconds
     return totals
 

@@ -5,20 +5,18 @@ same problems, the same draw), and zero-shot's seeds are different draws."""
 
 from __future__ import annotations
 
-import json
-
 import yaml
 from project_root import ROOT
+
+from reasoning_core.runtime.report.runs import read_metrics
 
 RESULTS = ROOT / "results"
 
 
 def first_eval(run):
-    for line in (run / "metrics.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        if record["split"] == "eval":
-            return record
-    raise AssertionError(f"{run}: no eval line")
+    evals = [r for r in read_metrics(run) if r["split"] == "eval"]
+    assert evals, f"{run}: no eval line"
+    return evals[0]
 
 
 def test_step_0_of_every_run_from_the_base_is_zero_shot_of_the_same_seed():
