@@ -156,6 +156,18 @@ def test_rrl_eval_writes_run_folder(tmp_path, monkeypatch, examples, model_dir, 
     assert f"{out} is already complete (done.json)" in capsys.readouterr().err
 
 
+def test_rrl_eval_samples_with_its_seed_setting(tmp_path, monkeypatch, examples, model_dir):
+    """Zero-shot runs once per seed of the study (`rrl eval --set seed=N`): seed N must reach
+    the engine, so that zero-shot seed N draws what a trainer's step 0 with seed N draws."""
+    engine = ScriptedEngine(scripted_for(examples))
+    monkeypatch.setattr(evaluate, "build_engine", lambda cfg: engine)
+    argv = ["--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "limit=6"]
+    for seed in (0, 3):
+        out = tmp_path / f"seed{seed}"
+        assert evaluate.main([*argv, "--set", f"seed={seed}", "--out", str(out)]) == 0
+        assert engine.calls[-1][1].seed == seed
+
+
 def test_rrl_eval_with_real_hf_engine(tmp_path):
     model_dir = save_tiny_model(tmp_path / "model")
     out = tmp_path / "run"
