@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -91,7 +92,7 @@ def test_default_study_plan_shares_the_control_and_runs_two_jobs_at_once(tmp_pat
 
 def test_leaderboard_seed_starts_from_the_same_sft_seed(tmp_path):
     """Seed N of the leaderboard recipe starts from seed N of its SFT run; the seed reaches
-    every training command as --set seed=N, after the run's own settings."""
+    every training and zero-shot command as --set seed=N, after the run's own settings."""
     result = snakemake("-n", "-p", "--cores", "2", "--config", "seeds=[3, 7]", cwd=tmp_path)
     assert result.returncode == 0, result.stderr + result.stdout
     jobs = planned_jobs(result.stdout)
@@ -102,6 +103,12 @@ def test_leaderboard_seed_starts_from_the_same_sft_seed(tmp_path):
             seed = job["wildcards"].removeprefix("seed=")
             assert f"results/sft/default/seed~{seed}/done.json" in job["input"].split(", ")
     lines = [line.removeprefix("Shell command: ") for line in result.stdout.splitlines()]
+    # Every run's seed folder N, of every family, trains (or evaluates) with --set seed=N.
+    commands = [line for line in lines if re.match(r"rrl (eval|sft|ei|grpo) ", line)]
+    assert {line.split()[1] for line in commands} == {"eval", "sft", "ei", "grpo"}
+    for line in commands:
+        seed = re.search(r"--out \S+/seed~(\d+) ", line).group(1)
+        assert f" --set seed={seed} --out " in line, line
     # Zero-shot seed N samples its evaluation with seed N, as the trained runs' seed N do.
     zero = sorted(line for line in lines if line.startswith("rrl eval "))
     assert len(zero) == 2
