@@ -38,7 +38,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 MUTANTS = Path(__file__).resolve().with_name("mutants.yaml")
-PARTS = ("core", "trainers", "runtime", "envs", "workflow")
+PARTS = ("core", "trainers", "runtime", "envs", "workflow", "tinyworld")
 FIELDS = ("id", "part", "file", "original", "replacement", "tests", "description")
 
 

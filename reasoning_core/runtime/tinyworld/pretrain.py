@@ -79,6 +79,21 @@ def lr_lambda(cfg: TinyWorldConfig):
     return f
 
 
+def make_optimizer(model: torch.nn.Module, cfg: TinyWorldConfig) -> torch.optim.AdamW:
+    """AdamW with ``weight_decay`` on the matrices (embeddings included) and none on the
+    vectors (norms, biases)."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": cfg.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=cfg.lr,
+        betas=tuple(cfg.betas),
+    )
+
+
 def build(cfg: TinyWorldConfig, out: str | Path, *, progress: bool = True) -> dict[str, Any]:
     """Build the tiny world into ``out``; return the summary also written to ``done.json``."""
     t0 = time.monotonic()
@@ -97,16 +112,7 @@ def build(cfg: TinyWorldConfig, out: str | Path, *, progress: bool = True) -> di
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
 
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": decay, "weight_decay": cfg.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ],
-        lr=cfg.lr,
-        betas=tuple(cfg.betas),
-    )
+    optimizer = make_optimizer(model, cfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
 
     stream = documents(cfg, cfg.steps * cfg.batch_size, seed=cfg.seed * 1000 + 23)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import random
+import re
 
 import pytest
 import torch
@@ -275,3 +277,65 @@ def test_causal_attention_gives_the_padding_masks_loss(micro_world):
         padded = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         causal = model(input_ids=ids, labels=labels).loss
     torch.testing.assert_close(causal, padded, rtol=1e-5, atol=1e-6)
+
+
+def _documents(problems, **settings):
+    from reasoning_core.runtime.tinyworld.corpus import make_document
+
+    cfg = TinyWorldConfig(**settings)
+    cfg.validate()
+    rng = random.Random(0)
+    return [make_document(p, cfg, rng, "{question}") for p in problems]
+
+
+def test_corpus_chains_are_wrong_in_the_configured_share():
+    """``wrong_fraction`` of the documents carry one step off by 1 or 2, so their final answer
+    is not the problem's (the base must see wrong chains, like a real base model's data)."""
+    problems = list(TASK.train_problems(2000, seed=5, distinct=False))
+    tags = {"r1_fraction": 1.0, "r1_styles": {PASSING_STYLE: 1.0}, "r1_styles_long": {}}
+    for fraction, low, high in [(0.0, 0.0, 0.0), (0.2, 0.17, 0.23), (0.5, 0.46, 0.54)]:
+        docs = _documents(problems, wrong_fraction=fraction, **tags)
+        answers = [int(re.search(r"<answer> (-?\d+) </answer>", r).group(1)) for _, r in docs]
+        wrong = sum(a != p.values()[-1] for a, p in zip(answers, problems, strict=True))
+        assert low <= wrong / len(problems) <= high, (fraction, wrong)
+
+
+def test_long_problems_take_their_answer_styles_from_r1_styles_long():
+    problems = list(TASK.train_problems(300, seed=6, distinct=False))
+    docs = _documents(
+        problems,
+        r1_fraction=1.0,
+        r1_styles={"plain": 1.0},
+        r1_styles_long={PASSING_STYLE: 1.0},
+        long_steps=3,
+    )
+    long = [len(p.steps) >= 3 for p in problems]
+    assert 0 < sum(long) < len(long)
+    for is_long, (_, response) in zip(long, docs, strict=True):
+        assert ("<answer>" in response) == is_long, response
+
+
+def test_learning_rate_warms_up_then_decays_to_min_lr_ratio():
+    from reasoning_core.runtime.tinyworld.pretrain import lr_lambda
+
+    cfg = TinyWorldConfig(steps=100, warmup_steps=10, min_lr_ratio=0.1)
+    f = lr_lambda(cfg)
+    assert [f(s) for s in (0, 4, 9)] == pytest.approx([0.1, 0.5, 1.0])
+    after = [f(s) for s in range(10, 101)]
+    assert after[0] == pytest.approx(1.0) and after[-1] == pytest.approx(0.1)
+    assert all(a >= b for a, b in zip(after, after[1:], strict=False))
+    assert f(1000) == pytest.approx(0.1)  # past the end: the floor
+
+
+def test_weight_decay_on_matrices_only():
+    from reasoning_core.runtime.tinyworld.model import build_model
+    from reasoning_core.runtime.tinyworld.pretrain import make_optimizer
+
+    cfg = TinyWorldConfig(hidden_size=64, num_heads=2, num_kv_heads=1, num_layers=1)
+    model = build_model(cfg, eos_id=0)
+    decay, no_decay = make_optimizer(model, cfg).param_groups
+    assert decay["weight_decay"] == cfg.weight_decay > 0 and no_decay["weight_decay"] == 0.0
+    assert decay["params"] and all(p.dim() >= 2 for p in decay["params"])
+    assert no_decay["params"] and all(p.dim() == 1 for p in no_decay["params"])
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+    assert decay["lr"] == cfg.lr and decay["betas"] == tuple(cfg.betas)
