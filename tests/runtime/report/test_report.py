@@ -226,6 +226,17 @@ def test_summary_has_one_row_per_run_and_one_column_per_varied_setting(tmp_path)
     assert out.read_text() == first
 
 
+def test_summary_reports_the_last_evaluation_not_the_best(tmp_path):
+    """A run that peaked early ends where it ended: the final accuracy is its last evaluation
+    (picking the best one would bias every comparison upwards)."""
+    results = tmp_path / "results"
+    make_run(results / "grpo" / "default", lr=1e-4, accuracies=[0.1, 0.6, 0.4])
+    out = results / "summary.tsv"
+    assert rrl(["summary", "--out", str(out)]) == 0
+    (row,) = read_tsv(out)
+    assert row["eval_accuracy"] == "0.4"
+
+
 def add_to_done_line(run: Path, values: dict) -> None:
     """Add ``values`` to the ``done`` line of a run made by :func:`make_run`."""
     lines = (run / "metrics.jsonl").read_text().split("\n")
