@@ -99,3 +99,35 @@ def test_rollouts_and_evals_sample_from_the_current_weights(world, tmp_path, mon
     (engine,) = engines
     # The start eval, two rollouts, the final eval.
     assert engine.in_sync == [True] * 4
+
+
+@pytest.mark.parametrize("template", ["r1_zero", "question_only"])
+def test_rollouts_prompt_with_the_runs_template(template):
+    """The prompt ablation (template question_only) must reach the engine: each question is
+    formatted with the run's template, not with r1_zero's."""
+    import envs
+    from reasoning_core.runtime.grpo import GRPOConfig
+    from reasoning_core.runtime.rollout import Completion
+
+    task = envs.get_task("arithmetic")
+    questions = task.load("train", limit=6)
+    cfg = GRPOConfig(template=template, group_size=2, seed=3)
+    rollouts = sampling.Rollouts.from_config(cfg, task, questions)
+
+    class Recorder:
+        prompts: list[str] = []
+
+        def sync_weights(self, model):
+            pass
+
+        def generate(self, prompts, params):
+            self.prompts = list(prompts)
+            return [[Completion(" 1", [1], [-0.1], "stop")] * params.n for _ in prompts]
+
+    engine = Recorder()
+    batch = sampling.sample_and_grade(engine, None, rollouts, step=0, count=3)
+    by_text = {task.format_prompt(q, template): q for q in questions}
+    assert engine.prompts and all(p in by_text for p in engine.prompts)
+    other = "question_only" if template == "r1_zero" else "r1_zero"
+    assert not any(p == task.format_prompt(q, other) for p in engine.prompts for q in questions)
+    assert len(batch.responses) == 6 and batch.prompts[::2] == engine.prompts

@@ -92,3 +92,21 @@ def test_sft_step_matches_a_reference_computation(world, tmp_path, monkeypatch):
     grad_norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in model.parameters()))
     assert line["loss"] == pytest.approx(float(loss.detach()), rel=1e-4)
     assert line["grad_norm"] == pytest.approx(float(grad_norm), rel=1e-4)
+
+
+def test_max_examples_is_a_seeded_subset_of_the_pool():
+    """The data-size ablation trains each seed on its own random subset (stream SFT_SUBSET),
+    in pool order: not the pool's first examples for every seed."""
+    pool = [{"prompt": f"p{i}", "response": f"r{i}", "ground_truth": str(i)} for i in range(32)]
+
+    def picked(seed: int) -> list[str]:
+        cfg = sft.SFTConfig(seed=seed, max_examples=8)
+        examples, info = sft.select_examples(cfg, task=None, examples=pool)
+        assert (info["pool_examples"], info["train_examples"]) == (32, 8)
+        return [e["prompt"] for e in examples]
+
+    subsets = {seed: picked(seed) for seed in (0, 1, 2)}
+    for names in subsets.values():
+        assert len(set(names)) == 8 and names == sorted(names, key=lambda n: int(n[1:]))
+    assert len({tuple(names) for names in subsets.values()}) == 3
+    assert picked(1) == subsets[1]  # the same seed, the same subset
