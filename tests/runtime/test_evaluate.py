@@ -390,3 +390,27 @@ def test_a_trainers_evaluation_samples_with_the_runs_seed_unless_eval_seed_is_se
 
     cfg = CommonConfig(task="arithmetic", seed=seed, eval_seed=eval_seed, eval_examples=6)
     assert Evaluator(cfg, task, tokenizer=None).params.seed == drawn
+
+
+def test_a_trainers_evaluation_takes_the_eval_split_and_the_eval_sampling_settings(task):
+    """Trainers evaluate on the eval split's first eval_examples problems (never the training
+    questions) at eval_temperature / eval_max_tokens, not at the rollouts' settings."""
+    from reasoning_core.runtime.grpo import GRPOConfig
+    from reasoning_core.runtime.run import Evaluator
+
+    cfg = GRPOConfig(
+        task="arithmetic",
+        train_split="train",
+        eval_split="test",
+        eval_examples=6,
+        eval_temperature=0.0,
+        eval_max_tokens=33,
+        sampling_temperature=0.7,
+        sampling_max_tokens=40,
+    )
+    evaluator = Evaluator(cfg, task, tokenizer=None)
+    test, train = task.load("test", limit=6), task.load("train", limit=6)
+    assert [e.question for e in evaluator.examples] == [e.question for e in test]
+    assert not {e.question for e in evaluator.examples} & {e.question for e in train}
+    params = evaluator.params
+    assert (params.temperature, params.max_tokens, params.n) == (0.0, 33, 1)
