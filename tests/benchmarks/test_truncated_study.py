@@ -4,7 +4,6 @@ evaluation after that many steps; a step that was not evaluated is refused, nami
 
 from __future__ import annotations
 
-import json
 import statistics
 
 import pytest
@@ -28,21 +27,17 @@ def test_at_the_studys_own_length_nothing_changes():
 
 def test_fewer_steps_read_each_runs_evaluation_at_that_step():
     values = truncated.truncated_values(RESULTS, 30)
-    seeds = sorted((RESULTS / "grpo/default").glob("seed~*"))
+    full = truncated.read_seed_values(RESULTS / "summary.tsv")
     expected = []
-    for seed in seeds:
-        records = [json.loads(x) for x in (seed / "metrics.jsonl").read_text().splitlines()]
+    for seed in sorted((RESULTS / "grpo/default").glob("seed~*")):
+        records = truncated.read_metrics(seed)
         [line] = [r for r in records if r["split"] == "eval" and r["step"] == 30]
         expected.append(line["accuracy"])
     assert len(expected) == 3
     assert values["grpo/default"]["eval_accuracy"] == expected
-    final = values["sft/default"]["eval_accuracy"]  # not a GRPO run: its final evaluation
-    assert (
-        final == truncated.read_seed_values(RESULTS / "summary.tsv")["sft/default"]["eval_accuracy"]
-    )
-    assert statistics.mean(expected) < statistics.mean(
-        truncated.read_seed_values(RESULTS / "summary.tsv")["grpo/default"]["eval_accuracy"]
-    )
+    # not a GRPO run: its final evaluation
+    assert values["sft/default"]["eval_accuracy"] == full["sft/default"]["eval_accuracy"]
+    assert statistics.mean(expected) < statistics.mean(full["grpo/default"]["eval_accuracy"])
     # job time falls by what the GRPO runs logged after step 30
     assert (
         truncated.job_seconds(RESULTS, 30)["grpo"]

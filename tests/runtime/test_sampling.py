@@ -126,8 +126,8 @@ def test_rollouts_prompt_with_the_runs_template(template):
 
     engine = Recorder()
     batch = sampling.sample_and_grade(engine, None, rollouts, step=0, count=3)
-    by_text = {task.format_prompt(q, template): q for q in questions}
-    assert engine.prompts and all(p in by_text for p in engine.prompts)
+    formatted = {task.format_prompt(q, template) for q in questions}
+    assert engine.prompts and all(p in formatted for p in engine.prompts)
     other = "question_only" if template == "r1_zero" else "r1_zero"
     assert not any(p == task.format_prompt(q, other) for p in engine.prompts for q in questions)
     assert len(batch.responses) == 6 and batch.prompts[::2] == engine.prompts
