@@ -91,14 +91,16 @@ def test_wheel_list_covers_what_the_device_lacks():
 
 
 def _device_session(tmp_path, *args, **env):
-    """benchmarks/device_session.sh with PYTHON a stub that logs its arguments (and sleeps
-    ``STUB_SLEEP`` seconds when it is rollout_gpu.py) instead of running anything."""
+    """benchmarks/device_session.sh with PYTHON a stub that logs the benchmark scripts it is
+    asked to run (and sleeps ``STUB_SLEEP`` seconds when it is rollout_gpu.py) instead of
+    running anything. Other calls (gpu_study.sh's ``-m pip install`` of the wheels, made when
+    ``.gpu_study/`` has been prepared in this checkout) succeed and are not logged."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     calls = tmp_path / "calls.txt"
     stub = tmp_path / "python"
     stub.write_text(
         "#!/usr/bin/env bash\n"
-        f'echo "$*" >> {calls}\n'
+        f'case "$1" in benchmarks/*) echo "$*" >> {calls} ;; esac\n'
         'case "$1" in *rollout_gpu.py) sleep "${STUB_SLEEP:-0}" ;; esac\n'
     )
     stub.chmod(0o755)
