@@ -25,8 +25,8 @@ must stay under 64 MiB).
    ``benchmarks/gpu_study_rrl.py``, which records its exit status, wall time and peak GPU
    memory (the trainers do not log GPU memory; Snakemake's benchmark files hold max RSS only);
 3. times one GRPO step at the handout's full sizes (rollout batch 256 = 32 questions x 8, up to
-   1,024 new tokens, train batch 256 at micro batch 2, grpo_clip so that old log-probs are
-   computed) outside Snakemake, split as the trainer logs it: ``time/rollout`` (sampling),
+   1,024 new tokens, train batch 256 at the methods file's micro batch, 8; grpo_clip so that
+   old log-probs are computed) outside Snakemake, split as the trainer logs it: ``time/rollout`` (sampling),
    ``time/prepare`` (tokenizing and the old log-probs pass), ``time/train`` (the optimizer
    step's forward/backward passes), plus ``time/sync`` and ``time/grade``.
 
@@ -91,7 +91,9 @@ PIP_PLATFORM = [
     ),
 ]
 # The handout's GRPO step (gpu_math's grpo section) as --set overrides; grpo_clip makes the
-# trainer compute old log-probs, so all three phases are timed. One optimizer step.
+# trainer compute old log-probs, so all three phases are timed. One optimizer step. Micro batch
+# and gradient checkpointing are left to the methods file, so the step measures what the study
+# would train with.
 FULL_STEP = {
     "engine": "hf",
     "engine_kwargs": "{}",
@@ -102,7 +104,6 @@ FULL_STEP = {
     "group_size": 8,
     "sampling_max_tokens": 1024,
     "train_batch_size": 256,
-    "gradient_accumulation_steps": 128,
     "eval_at_start": "false",
     "eval_examples": 1,
     "eval_max_tokens": 8,

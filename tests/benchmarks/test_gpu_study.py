@@ -35,7 +35,7 @@ def test_reduced_config_plans_every_family_once_on_a_gpu(tmp_path):
         for r in (
             "ei/default",
             "grpo/default",
-            "grpo/epochs_per_rollout_batch~2/gradient_accumulation_steps~4/loss_type~grpo_clip"
+            "grpo/epochs_per_rollout_batch~2/gradient_accumulation_steps~1/loss_type~grpo_clip"
             "/n_grpo_steps~1/train_batch_size~8",
             "leaderboard",
             "sft/default",
@@ -56,14 +56,18 @@ def test_every_setting_the_study_passes_is_a_real_setting():
     assert set(cfg["leaderboard"]["settings"]) <= known_settings("grpo")
     assert set(gpu_study.FULL_STEP) <= known_settings("grpo")
     assert set(gpu_study.TINY_FULL_STEP) <= known_settings("grpo")
-    # The full step is the handout's: 256 rollouts = 32 questions x 8, 1,024 tokens, micro 2.
+    # The full step is the handout's: 256 rollouts = 32 questions x 8, 1,024 tokens, train
+    # batch 256; its micro batch and checkpointing are the methods file's (micro batch 8).
     full = gpu_study.FULL_STEP
     assert (full["rollout_batch_size"], full["group_size"], full["sampling_max_tokens"]) == (
         256,
         8,
         1024,
     )
-    assert full["train_batch_size"] // full["gradient_accumulation_steps"] == 2
+    assert not {"gradient_accumulation_steps", "gradient_checkpointing"} & set(full)
+    grpo = yaml.safe_load(gpu_study.METHODS.read_text())["grpo"]
+    assert full["train_batch_size"] // grpo["gradient_accumulation_steps"] == 8
+    assert grpo["gradient_checkpointing"] is False
 
 
 def test_rrl_wrapper_records_status_and_time(tmp_path):

@@ -240,6 +240,34 @@ def test_workflow_settings_name_real_trainer_settings(config):
     assert recipe <= known_settings("grpo"), recipe - known_settings("grpo")
 
 
+@pytest.mark.parametrize("config", ["gpu_math", "gpu_gsm8k", "gpu_countdown"])
+def test_every_gpu_training_job_uses_the_measured_micro_batch(config):
+    """The GPU studies train at the micro batch chosen on the H200 (8 sequences, no gradient
+    checkpointing; README "GPU runs"): the methods' batches, every sweep row that changes the
+    train batch and the leaderboard recipe all divide into micro batches of 8, so no job of the
+    study trains at a size nobody measured."""
+    cfg = yaml.safe_load((ROOT / f"workflow/config/{config}.yaml").read_text())
+    methods = yaml.safe_load((ROOT / cfg["methods"]).read_text())
+    batches = [
+        (f"{config} methods sft", methods["sft"]["batch_size"], methods["sft"]),
+        (f"{config} methods ei", methods["ei"]["batch_size"], methods["ei"]),
+        (f"{config} methods grpo", methods["grpo"]["train_batch_size"], methods["grpo"]),
+    ]
+    for table in sorted((ROOT / cfg["sweeps"]).glob("*.tsv")):
+        with open(table, newline="", encoding="utf-8") as f:
+            for number, row in enumerate(csv.DictReader(f, delimiter="\t"), start=2):
+                if "train_batch_size" in row:
+                    batches.append((f"{table.name}:{number}", int(row["train_batch_size"]), row))
+    recipe = cfg.get("leaderboard", {}).get("settings")
+    if recipe:
+        batches.append((f"{config} leaderboard", recipe["train_batch_size"], recipe))
+    assert len(batches) > 3  # the off-policy and clip sweeps change the train batch
+    for where, batch, settings in batches:
+        assert batch / int(settings["gradient_accumulation_steps"]) == 8, where
+    for method in ("sft", "ei", "grpo"):
+        assert methods[method]["gradient_checkpointing"] is False, (config, method)
+
+
 def assert_png(path: Path) -> None:
     data = path.read_bytes()
     assert data[:8] == PNG_SIGNATURE, path
