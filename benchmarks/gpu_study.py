@@ -26,9 +26,10 @@ must stay under 64 MiB).
    memory (the trainers do not log GPU memory; Snakemake's benchmark files hold max RSS only);
 3. times one GRPO step at the handout's full sizes (rollout batch 256 = 32 questions x 8, up to
    1,024 new tokens, train batch 256 at the methods file's micro batch, 8; grpo_clip so that
-   old log-probs are computed) outside Snakemake, split as the trainer logs it: ``time/rollout`` (sampling),
-   ``time/prepare`` (tokenizing and the old log-probs pass), ``time/train`` (the optimizer
-   step's forward/backward passes), plus ``time/sync`` and ``time/grade``.
+   old log-probs are computed) outside Snakemake, split as the trainer logs it:
+   ``time/rollout`` (sampling), ``time/prepare`` (tokenizing and the old log-probs pass),
+   ``time/train`` (the optimizer step's forward/backward passes), plus ``time/sync`` and
+   ``time/grade``.
 
 Into ``--out`` (default ``$OUT``): ``gpu_study.json`` (environment, per-job exit status, wall
 time, peak GPU memory, whether done.json was written; the full-size step's split; rewritten

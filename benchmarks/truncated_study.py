@@ -80,11 +80,11 @@ def wall_estimate(totals: dict[str, float], base_s: float, overhead_s: float) ->
 
 
 def report(results: Path, grpo_steps: int, study_wall: float | None) -> list[str]:
+    def key(row: dict[str, Any]) -> tuple[str, str, str]:
+        return row["metric"], row["run"], row["baseline"]
+
     values = truncated_values(results, grpo_steps)
-    full = {
-        (r["metric"], r["run"], r["baseline"]): r["clear"]
-        for r in ablation_rows(read_seed_values(results / "summary.tsv"))
-    }
+    full = {key(r): r["clear"] for r in ablation_rows(read_seed_values(results / "summary.tsv"))}
     rows = ablation_rows(values)
     out = [f"## GRPO runs stopped after {grpo_steps} GRPO steps"]
     for run, metrics in values.items():
@@ -92,12 +92,7 @@ def report(results: Path, grpo_steps: int, study_wall: float | None) -> list[str
             s = mean_std_ci95(metrics["eval_accuracy"])
             half = "" if s["ci95"] is None else f" ± {100 * s['ci95']:.1f}"
             out.append(f"{run:<78} accuracy {100 * s['mean']:5.1f}{half}")
-    flips = [
-        r
-        for r in rows
-        if (r["metric"], r["run"], r["baseline"]) in full
-        and full[(r["metric"], r["run"], r["baseline"])] != r["clear"]
-    ]
+    flips = [r for r in rows if full.get(key(r), r["clear"]) != r["clear"]]
     out.append(f"verdicts that differ from the full study's: {len(flips)} of {len(rows)}")
     for r in flips:
         out.append(
