@@ -27,8 +27,6 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # the repository r
 
 import test_grpo_learns as t  # noqa: E402
 
-from reasoning_core.runtime import grpo  # noqa: E402
-
 
 def _ints(text: str) -> list[int]:
     out: list[int] = []
@@ -45,7 +43,7 @@ def main() -> int:
     args = parser.parse_args()
     import torch
 
-    grpo.grade = t.digit_share_grade
+    setattr(*t.GRADE_LOOKUP, t.digit_share_grade)
     cpu = platform.processor() or platform.machine()
     print(f"# torch {torch.__version__}, {cpu}, {os.cpu_count()} CPUs; test MARGIN {t.MARGIN}")
     print(f"# {t.N_STEPS} GRPO steps, head/tail = mean reward of the first/last {t.STEPS_COMPARED}")
