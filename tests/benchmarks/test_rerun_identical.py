@@ -1,0 +1,43 @@
+"""benchmarks/rerun_identical.py, the check a refactor is held to: a run retrained from its saved
+config.yaml by the same code is reported identical; a changed metric (not a time/ key) is not."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from micro_world import QUIET, SFT, build_world, run_trainer
+from project_root import load_script
+
+from reasoning_core.runtime import sft
+
+
+def rewrite_line(path, index: int, **changes) -> None:
+    lines = path.read_text().splitlines()
+    record = json.loads(lines[index])
+    lines[index] = json.dumps({**record, **changes})
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.slow
+def test_a_rerun_is_identical_and_a_changed_metric_is_reported(tmp_path, capsys):
+    world = build_world(tmp_path / "world")
+    saved = tmp_path / "saved"
+    run_trainer(sft, {**SFT, **QUIET}, world, saved)
+    script = load_script("benchmarks/rerun_identical.py")
+    out = tmp_path / "rerun"
+    assert script.main([str(saved), "--out", str(out)]) == 0
+    report = capsys.readouterr().out
+    rerun = out / saved.relative_to(saved.anchor) / "metrics.jsonl"
+    n = len(rerun.read_text().splitlines())
+    assert f"IDENTICAL {saved}: {n} lines equal apart from time/ keys" in report, report
+
+    rewrite_line(rerun, 0, **{"time/train": 1e9})  # wall clock: never compared
+    assert script.main([str(saved), "--out", str(out), "--compare-only"]) == 0
+    capsys.readouterr()
+
+    loss = json.loads(rerun.read_text().splitlines()[1])["loss"]
+    rewrite_line(rerun, 1, loss=loss + 1e-6)
+    assert script.main([str(saved), "--out", str(out), "--compare-only"]) == 1
+    report = capsys.readouterr().out
+    assert f"DIFFERENT {saved}: line 2: loss: {loss!r} -> {loss + 1e-6!r}" in report, report
