@@ -9,6 +9,8 @@ collects only ``test_*.py``); the numbers in the test's docstring come from its 
         | tee tests/runtime/measure_grpo_learns.txt
 
 About 25-40 s per run on one core of the 2-core development machine.
+The header names the CPU kernels in use; ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS and
+ONEDNN_MAX_CPU_ISA set before the command pick another CPU's float path (README, "Development").
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # the repository root
 
 import test_grpo_learns as t  # noqa: E402
+
+# the settings that pick other float paths on one machine (README, "Development")
+ISA_SETTINGS = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
 
 
 def _ints(text: str) -> list[int]:
@@ -45,7 +50,12 @@ def main() -> int:
 
     setattr(*t.GRADE_LOOKUP, t.digit_share_grade)
     cpu = platform.processor() or platform.machine()
-    print(f"# torch {torch.__version__}, {cpu}, {os.cpu_count()} CPUs; test MARGIN {t.MARGIN}")
+    isa = torch.backends.cpu.get_cpu_capability()
+    caps = " ".join(f"{k}={os.environ[k]}" for k in ISA_SETTINGS if k in os.environ)
+    print(
+        f"# torch {torch.__version__}, {cpu} ({isa} kernels{'; ' + caps if caps else ''}), ", end=""
+    )
+    print(f"{os.cpu_count()} CPUs; test MARGIN {t.MARGIN}")
     print(f"# {t.N_STEPS} GRPO steps, head/tail = mean reward of the first/last {t.STEPS_COMPARED}")
     print("seed\tthreads\thead\ttail\trise\tseconds\trewards", flush=True)
     rises = []
