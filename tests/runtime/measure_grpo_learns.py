@@ -50,12 +50,10 @@ def main() -> int:
 
     setattr(*t.GRADE_LOOKUP, t.digit_share_grade)
     cpu = platform.processor() or platform.machine()
-    isa = torch.backends.cpu.get_cpu_capability()
     caps = " ".join(f"{k}={os.environ[k]}" for k in ISA_SETTINGS if k in os.environ)
-    print(
-        f"# torch {torch.__version__}, {cpu} ({isa} kernels{'; ' + caps if caps else ''}), ", end=""
-    )
-    print(f"{os.cpu_count()} CPUs; test MARGIN {t.MARGIN}")
+    kernels = f"{torch.backends.cpu.get_cpu_capability()} kernels" + (f"; {caps}" if caps else "")
+    machine = f"torch {torch.__version__}, {cpu} ({kernels}), {os.cpu_count()} CPUs"
+    print(f"# {machine}; test MARGIN {t.MARGIN}")
     print(f"# {t.N_STEPS} GRPO steps, head/tail = mean reward of the first/last {t.STEPS_COMPARED}")
     print("seed\tthreads\thead\ttail\trise\tseconds\trewards", flush=True)
     rises = []
