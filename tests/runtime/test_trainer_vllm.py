@@ -19,7 +19,6 @@ the gaps after the two steps were 8.4 and 12.1.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 
 import pytest
@@ -28,10 +27,7 @@ from tiny_model import reference_logprobs, save_tiny_model
 
 from reasoning_core.runtime import grpo, run, sampling
 
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed"),
-]
+pytestmark = pytest.mark.vllm
 
 TOLERANCE = 1e-4  # float32 on both sides, as in test_rollout_vllm.py
 GROUP = 4

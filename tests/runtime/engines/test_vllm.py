@@ -4,7 +4,6 @@ and weight sync for real. One engine is shared by the whole module (start-up ~10
 from __future__ import annotations
 
 import copy
-import importlib.util
 import os
 
 import pytest
@@ -22,10 +21,7 @@ from tiny_model import (
 from reasoning_core.runtime.engines import make_engine
 from reasoning_core.runtime.rollout import SamplingParams
 
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed"),
-]
+pytestmark = pytest.mark.vllm
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24, stop=[])
 ALL_PROMPTS = PROMPTS + [LONG_PROMPT]

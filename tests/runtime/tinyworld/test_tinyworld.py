@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
@@ -152,7 +151,6 @@ def test_config_error_is_a_config_error():
 
 
 @pytest.mark.vllm
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
 def test_folder_loads_with_vllm_and_tokenizes_like_transformers(micro_world):
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
