@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -184,6 +185,60 @@ def check_model_folder(path: str | Path, setting: str = "model_path") -> None:
                 _read_json_file(folder / name, name)
     except ConfigError as exc:
         raise ConfigError(prefix + str(exc)) from None
+
+
+CHECKSUMS = "SHA256SUMS"
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_checksums(folder: str | Path, names: list[str]) -> Path:
+    """Write ``folder/SHA256SUMS`` (``sha256sum`` format: digest, two spaces, name) for the
+    files ``names`` of ``folder``; ``sha256sum -c SHA256SUMS`` checks it too."""
+    folder = Path(folder)
+    lines = [f"{file_sha256(folder / name)}  {name}" for name in sorted(names)]
+    path = folder / CHECKSUMS
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def verify_checksums(folder: str | Path, setting: str = "model_path") -> int:
+    """Check every file listed in ``folder/SHA256SUMS`` against its digest; return how many
+    were checked (0 when the folder has no SHA256SUMS). Raise :class:`ConfigError` naming the
+    setting, the file and the line of SHA256SUMS on a missing file, a changed file (a Git LFS
+    pointer in place of the weights, say) or a malformed line."""
+    folder = Path(folder)
+    sums = folder / CHECKSUMS
+    if not sums.is_file():
+        return 0
+    prefix = f"setting {setting!r}: "
+    checked = 0
+    for lineno, line in enumerate(sums.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        digest, _, name = line.partition("  ")
+        name = name.strip()
+        if len(digest) != 64 or not name:
+            raise ConfigError(f"{prefix}{sums}, line {lineno}: not 'SHA256  NAME': {line!r}")
+        path = folder / name
+        if not path.is_file():
+            raise ConfigError(f"{prefix}{path} is missing ({sums}, line {lineno} lists it)")
+        if file_sha256(path) != digest:
+            raise ConfigError(
+                f"{prefix}{path} differs from its checksum ({sums}, line {lineno}): the file "
+                "changed since the folder was written (for a folder of the repository, "
+                f"`git checkout -- {folder}` restores it)"
+            )
+        checked += 1
+    return checked
 
 
 def rng_state() -> dict[str, Any]:

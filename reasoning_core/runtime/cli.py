@@ -27,6 +27,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "reasoning_core.runtime.report",
         "each ablation against its baseline, with bands",
     ),
+    "robustness": (
+        "reasoning_core.runtime.report",
+        "which comparisons hold on every base model",
+    ),
     "sft-data": ("envs.sft_data", "build r1_zero SFT examples from a task's own solutions"),
     "gpu-check": ("reasoning_core.runtime.gpu_check", "prepared GPU readiness check"),
 }

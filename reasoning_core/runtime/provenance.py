@@ -7,6 +7,17 @@ under the key ``provenance`` of every run's ``config.yaml``::
       git_commit: 6b76205429f7f8c37f7a2c9df76ece349729a40b   # None: no git, or not a checkout
       git_dirty: false          # tracked files differ from the commit (untracked ones ignored)
       versions: {torch: 2.13.0+cpu, transformers: 5.19.0, vllm: null, math-verify: 0.9.0}
+      machine:                  # the float path: which kernels did the arithmetic
+        cpu: AMD EPYC           # /proc/cpuinfo's model name (platform.processor() elsewhere)
+        cpu_capability: AVX2    # the ATen kernels in use (torch.backends.cpu.get_cpu_capability)
+        torch_threads: 1        # torch.get_num_threads() when the run saved its config
+        float_env: {}           # ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS, ONEDNN_MAX_CPU_ISA
+                                # where set: they cap the kernels of those libraries
+
+Two CPUs of other instruction sets (AVX-512 against AVX2, say) round float32 matrix products,
+softmax and exp differently, and a training run carries such differences far: ``machine``
+says which path made a run, so two runs can be compared knowing whether they could be
+bitwise equal.
 
 It describes the code, not the experiment: reading a saved ``config.yaml`` back as ``--config``
 drops it, and the resume check ignores it (a run resumed after a commit still resumes).
@@ -18,6 +29,8 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import os
+import platform
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -88,15 +101,66 @@ def package_versions() -> dict[str, str | None]:
     return versions
 
 
+# Environment variables that cap the instruction set of torch's, MKL's and oneDNN's kernels.
+FLOAT_ENV = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """The CPU's model name: the first ``model name`` line of ``/proc/cpuinfo`` (Linux), else
+    :func:`platform.processor` (None when neither says)."""
+    try:
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key.strip() == "model name" and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def machine() -> dict[str, Any]:
+    """The float path of this process (see the module docstring): CPU model, the ATen CPU
+    capability in use, torch's thread count now, and the kernel caps set in the environment."""
+    import torch  # the shell imports torch anyway; kept local so the git part stays light
+
+    try:
+        capability = torch.backends.cpu.get_cpu_capability()
+    except (AttributeError, RuntimeError):
+        capability = None
+    return {
+        "cpu": cpu_model(),
+        "cpu_capability": capability,
+        "torch_threads": torch.get_num_threads(),
+        "float_env": {name: os.environ[name] for name in FLOAT_ENV if name in os.environ},
+    }
+
+
 def collect(root: Path | None = None) -> dict[str, Any]:
     """The provenance record (see the module docstring), computed now."""
-    return {**git_state(root), "versions": package_versions()}
+    return {**git_state(root), "versions": package_versions(), "machine": machine()}
 
 
 @functools.lru_cache(maxsize=1)
+def _code() -> dict[str, Any]:
+    return {**git_state(), "versions": package_versions()}
+
+
 def provenance() -> dict[str, Any]:
-    """:func:`collect` once per process: the code a process runs is what it imported at start."""
-    return collect()
+    """:func:`collect`, with the code's part computed once per process (the code a process runs
+    is what it imported at start) and the machine's part now (a run sets its thread count after
+    the process starts)."""
+    return {**_code(), "machine": machine()}
 
 
-__all__ = ["KEY", "PACKAGES", "code_root", "collect", "git_state", "package_versions", "provenance"]
+__all__ = [
+    "FLOAT_ENV",
+    "KEY",
+    "PACKAGES",
+    "code_root",
+    "collect",
+    "cpu_model",
+    "git_state",
+    "machine",
+    "package_versions",
+    "provenance",
+]

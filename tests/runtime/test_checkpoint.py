@@ -256,3 +256,25 @@ def test_resume_refuses_a_state_saved_under_other_settings(tmp_path):
     del saved["normalize_constant"]
     (out / "config.yaml").write_text(yaml.safe_dump(saved))
     RunContext(moved, out, "sft").metrics.close()
+
+
+def test_checksums_name_the_changed_or_missing_file_and_its_line(tmp_path):
+    from reasoning_core.runtime.checkpoint import verify_checksums, write_checksums
+
+    (tmp_path / "a.bin").write_bytes(b"weights")
+    (tmp_path / "b.json").write_text("{}")
+    sums = write_checksums(tmp_path, ["b.json", "a.bin"])
+    assert sums.read_text().splitlines()[0].endswith("  a.bin")  # sha256sum's format, sorted
+    assert verify_checksums(tmp_path) == 2
+    assert verify_checksums(tmp_path / "nothing-here") == 0  # no SHA256SUMS: nothing to check
+
+    (tmp_path / "a.bin").write_bytes(b"version https://git-lfs.github.com/spec/v1\n")
+    with pytest.raises(ConfigError, match=r"^setting 'model_path': .*a\.bin differs .*line 1\)"):
+        verify_checksums(tmp_path)
+    (tmp_path / "a.bin").write_bytes(b"weights")
+    (tmp_path / "b.json").unlink()
+    with pytest.raises(ConfigError, match=r"b\.json is missing .*line 2 lists it"):
+        verify_checksums(tmp_path, setting="model_path")
+    sums.write_text("not a checksum line\n")
+    with pytest.raises(ConfigError, match=r"SHA256SUMS, line 1: not 'SHA256  NAME'"):
+        verify_checksums(tmp_path)

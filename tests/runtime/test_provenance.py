@@ -1,6 +1,7 @@
-"""Every run's config.yaml records the code that made it (issue 16, "nothing silent"): the git
-commit of the checkout (and whether the tree was dirty) and the versions of torch,
-transformers, vllm and math-verify (None where absent); a saved config.yaml still works as
+"""Every run's config.yaml records the code that made it (nothing about a run is silent): the
+git commit of the checkout (and whether the tree was dirty), the versions of torch,
+transformers, vllm and math-verify (None where absent), and the machine's float path (CPU
+model, ATen's kernels, thread count); a saved config.yaml still works as
 ``--config``, and resuming ignores the record (a run resumed after a commit still resumes).
 """
 
@@ -11,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from reasoning_core.runtime import config, provenance, sft
@@ -108,3 +110,35 @@ def test_provenance_records_commit_and_dirty_tree(tmp_path):
     sub = repo / "sub"
     sub.mkdir()
     assert provenance.git_state(sub)["git_commit"] is None  # not the top of the work tree
+
+
+def test_provenance_names_the_float_path(tmp_path, monkeypatch):
+    """The CPU model, ATen's kernels and the thread count: what decides a run's rounding."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        "processor\t: 0\nvendor_id\t: X\nmodel name\t: Some CPU 9000\nflags\t: fpu\n"
+    )
+    assert provenance.cpu_model(cpuinfo) == "Some CPU 9000"
+    monkeypatch.setattr(provenance.platform, "processor", lambda: "")
+    assert provenance.cpu_model(tmp_path / "missing") is None
+
+    for name in provenance.FLOAT_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        record = provenance.provenance()["machine"]
+        assert record["torch_threads"] == 1
+        torch.set_num_threads(2)  # recorded when the config is saved, not when first asked
+        assert provenance.provenance()["machine"]["torch_threads"] == 2
+    finally:
+        torch.set_num_threads(threads)
+    assert record["float_env"] == {"ONEDNN_MAX_CPU_ISA": "AVX2"}
+    assert record["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert record["cpu"] == provenance.cpu_model()
+
+
+def test_tiny_world_config_records_its_thread_count(world):
+    saved = yaml.safe_load((world / "config.yaml").read_text())
+    assert saved["provenance"]["machine"]["torch_threads"] == saved["num_threads"]

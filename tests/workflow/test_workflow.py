@@ -43,17 +43,33 @@ def test_gpu_dry_run_lists_every_job_with_its_gpu(config, tmp_path):
     assert all(resources(j).get("gpu", "0") == "0" for j in jobs if j["rule"] not in GPU_RULES)
 
 
+SHIPPED_BASE = "workflow/resources/tiny_world"
+
+
+def shipped_base_copy(cwd: Path) -> Path:
+    """The shipped base, copied to where the default configuration looks for it from `cwd`,
+    every file newer than anything else (as a fresh clone or a `touch` could leave them)."""
+    folder = cwd / SHIPPED_BASE
+    shutil.copytree(ROOT / SHIPPED_BASE, folder)
+    later = time.time() + 3600
+    for path in folder.iterdir():
+        os.utime(path, (later, later))
+    return folder
+
+
 def test_default_study_plan_shares_the_control_and_runs_two_jobs_at_once(tmp_path):
+    shipped_base_copy(tmp_path)
     result = snakemake("-n", "--cores", "2", cwd=tmp_path)
     assert result.returncode == 0, result.stderr + result.stdout
     jobs = planned_jobs(result.stdout)
     heavy = [j for j in jobs if j["rule"] in HEAVY_RULES]
-    # threads_per_job (1) on every heavy rule, so `--cores 2` runs two heavy jobs at once; the
-    # tiny world (two torch threads) reserves both cores.
-    trainers = [j for j in heavy if j["rule"] != "tiny_world"]
-    assert trainers and all(j.get("threads", "1") == "1" for j in trainers), trainers
-    [base] = [j for j in jobs if j["rule"] == "tiny_world"]
-    assert base["threads"] == "2"
+    # threads_per_job (1) on every heavy rule, so `--cores 2` runs two heavy jobs at once.
+    assert heavy and all(j.get("threads", "1") == "1" for j in heavy), heavy
+    # The shipped base is a source, not a rule's output: never rebuilt, whatever its files'
+    # times; zero-shot and the runs from the base take its weights as input.
+    assert not [j for j in jobs if j["rule"] == "tiny_world"]
+    [zero] = [j for j in jobs if j["output"] == "results/zero_shot/seed~0/done.json"]
+    assert f"{SHIPPED_BASE}/model.safetensors" in zero["input"].split(", ")
     outputs = [j["output"] for j in jobs if "output" in j]
     assert len(outputs) == len(set(outputs))
     assert "results/summary.tsv" in outputs
@@ -65,11 +81,11 @@ def test_default_study_plan_shares_the_control_and_runs_two_jobs_at_once(tmp_pat
         assert f"results/zero_shot/seed~{seed}/done.json" in outputs
     assert "results/grpo/default/done.json" not in outputs
     assert "results/zero_shot/done.json" not in outputs
-    assert "results/base/done.json" in outputs
+    assert "results/base/done.json" not in outputs
     by_rule = {}
     for job in jobs:
         by_rule.setdefault(job["rule"], []).append(job)
-    assert len(by_rule["tiny_world"]) == 1 and len(by_rule["zero_shot"]) == 3
+    assert len(by_rule["zero_shot"]) == 3
     seeded = [j for j in jobs if j["rule"] in {"zero_shot", "sft", "ei", "grpo", "leaderboard"}]
     assert len(seeded) == 3 * len(by_rule["seeds"])
     [summary] = by_rule["summary"]
@@ -82,6 +98,16 @@ def test_default_study_plan_shares_the_control_and_runs_two_jobs_at_once(tmp_pat
     # Plots read the run folders and wait for every seed.
     [methods] = by_rule["plot_methods"]
     assert "results/grpo/default/seed~2/done.json" in methods["input"].split(", ")
+
+    # model_path null builds a base once, on two threads (nothing else can start before it),
+    # from the pretraining seed `base_seed`.
+    built = snakemake(
+        "-n", "-p", "--cores", "2", "--config", "model_path=null", "base_seed=2", cwd=tmp_path
+    )
+    assert built.returncode == 0, built.stderr + built.stdout
+    [base] = [j for j in planned_jobs(built.stdout) if j["rule"] == "tiny_world"]
+    assert base["threads"] == "2" and base["output"] == "results/base/done.json"
+    assert " --set seed=2 --out results/base " in built.stdout
 
     # threads_per_job: 2 runs one heavy job at a time on two cores.
     two = snakemake("-n", "--cores", "2", "--config", "threads_per_job=2", cwd=tmp_path)
@@ -186,6 +212,17 @@ def test_rows_equal_to_the_defaults_reuse_the_default_run(tmp_path):
     shell = snakemake(target, "-n", "-p", "--configfile", str(config), cwd=tmp_path)
     assert "--set lr=3e-5 --set seed=0" in shell.stdout
     assert f"--set model_path={tmp_path}" in shell.stdout
+
+
+def test_a_changed_shipped_base_stops_the_plan_naming_the_file(tmp_path):
+    folder = shipped_base_copy(tmp_path)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")  # one byte changed
+    result = snakemake("-n", "--cores", "2", cwd=tmp_path)
+    assert result.returncode != 0
+    text = result.stderr + result.stdout
+    assert "setting 'model_path'" in text and "model.safetensors differs from its checksum" in text
+    assert "SHA256SUMS, line" in text
 
 
 def test_schema_rejects_unknown_settings_and_fills_defaults(tmp_path):

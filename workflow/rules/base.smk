@@ -1,5 +1,6 @@
-# The base model. On CPU the study builds the tiny world from nothing; GPU studies name an
-# existing Hugging Face folder in the `model_path` setting instead (no rule runs then).
+# The base model, built from nothing when `model_path` is null (pretraining seed `base_seed`).
+# The default study trains from the shipped base instead and GPU studies name an existing
+# Hugging Face folder in `model_path`: no rule runs then.
 
 
 rule tiny_world:
@@ -19,6 +20,7 @@ rule tiny_world:
     params:
         out=run_dir,
         settings=command_settings("tiny-world"),
+        seed=BASE_SEED,
     shell:
-        "rrl tiny-world --config {input.methods} {params.settings} --out {params.out} "
-        "> {log} 2>&1"
+        "rrl tiny-world --config {input.methods} {params.settings} --set seed={params.seed} "
+        "--out {params.out} > {log} 2>&1"

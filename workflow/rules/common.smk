@@ -11,7 +11,8 @@
 # `seeds` setting, into {run}/seed~{N} (`--set seed=N`; evaluation samples with seed N too, so
 # a band holds both training's and the evaluation sample's variation), and {run}/seeds.json
 # gathers them (rule seeds). Zero-shot is evaluated once per seed as well ({results_dir}/
-# zero_shot/seed~{N}); the base model is built once ({results_dir}/base).
+# zero_shot/seed~{N}); the base model is the shipped one (`model_path`) or built once
+# ({results_dir}/base, when `model_path` is null).
 # Families, plots and the summary name run folders (without the seed); the input functions
 # below expand them into every seed's done.json.
 
@@ -72,6 +73,32 @@ def _method_settings():
 
 
 METHOD_SETTINGS = _method_settings()
+BASE_SEED = config["base_seed"]
+if "seed" in config["settings"].get("tiny-world", {}):
+    raise ValueError(
+        "setting 'settings.tiny-world.seed': the base model's pretraining seed is the setting "
+        f"'base_seed' (now {BASE_SEED})"
+    )
+
+
+def _shipped_base_files():
+    """A `model_path` folder that carries SHA256SUMS (the shipped tiny-world base) is checked
+    against it now, before any job runs, and its weights become the runs' input (a changed base
+    reruns them); nothing for a folder without SHA256SUMS or not on this machine (the GPU
+    studies plan without their weights)."""
+    from reasoning_core.runtime.checkpoint import CHECKSUMS, verify_checksums
+    from reasoning_core.runtime.config import ConfigError
+
+    if BUILD_BASE or not (Path(config["model_path"]) / CHECKSUMS).is_file():
+        return []
+    try:
+        verify_checksums(config["model_path"])
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+    return [str(Path(config["model_path"]) / "model.safetensors")]
+
+
+SHIPPED_BASE_FILES = _shipped_base_files()
 
 
 def _yaml_value(value):
@@ -333,8 +360,9 @@ TRAINING_PANELS = {
 
 
 def base_model_input():
-    """The tiny world's done.json when the study builds its base model, else nothing."""
-    return [f"{R}/base/done.json"] if BUILD_BASE else []
+    """The tiny world's done.json when the study builds its base model, the shipped base's
+    weights when `model_path` is that folder, else nothing."""
+    return [f"{R}/base/done.json"] if BUILD_BASE else SHIPPED_BASE_FILES
 
 
 def base_model(wildcards, input):

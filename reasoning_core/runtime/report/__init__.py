@@ -72,6 +72,7 @@ from reasoning_core.runtime.report.figures import (
     plot_curves,
     plot_final,
 )
+from reasoning_core.runtime.report.robustness import main_robustness, robustness_rows
 from reasoning_core.runtime.report.runs import (
     config_file,
     find_runs,
@@ -115,17 +116,21 @@ def main(argv: list[str] | None = None) -> int:
         "summary": main_summary,
         "seeds": main_seeds,
         "ablations": main_ablations,
+        "robustness": main_robustness,
     }
     if argv and argv[0] in commands:
         return commands[argv[0]](argv[1:])
     print(
-        "usage: rrl plot ... | rrl summary ... | rrl seeds ... | rrl ablations ...",
+        "usage: rrl plot ... | rrl summary ... | rrl seeds ... | rrl ablations ... | "
+        "rrl robustness ...",
         file=sys.stderr,
     )
     return 2
 
 
 __all__ = [
+    "main_robustness",
+    "robustness_rows",
     "ablation_rows",
     "difference",
     "main_ablations",

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from reasoning_core.runtime.checkpoint import write_checksums
 from reasoning_core.runtime.config import resolve_command, save_config
 from reasoning_core.runtime.tinyworld.corpus import documents
 from reasoning_core.runtime.tinyworld.model import build_model, build_tokenizer
@@ -100,8 +101,8 @@ def build(cfg: TinyWorldConfig, out: str | Path, *, progress: bool = True) -> di
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "done.json").unlink(missing_ok=True)
-    save_config(cfg, out)
     torch.set_num_threads(cfg.num_threads)
+    save_config(cfg, out)  # after the thread count, which its provenance records
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -176,9 +177,12 @@ def _save_model_atomically(model, tokenizer, out: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
-    for f in sorted(tmp.iterdir()):
-        f.replace(out / f.name)
+    names = sorted(f.name for f in tmp.iterdir())
+    for name in names:
+        (tmp / name).replace(out / name)
     tmp.rmdir()
+    # What a copy of the base can be checked against (the study checks a shipped base with it).
+    write_checksums(out, names)
 
 
 def main(argv: list[str] | None = None) -> int:
