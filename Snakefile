@@ -25,6 +25,12 @@ if isinstance(config.get("seeds"), list):
     ]
 
 
+# `--config model_path=null` arrives as the text "null" (and `model_path=` as None): both
+# mean "build the base", as `model_path: null` in a config file does.
+if config.get("model_path") == "null":
+    config["model_path"] = None
+
+
 validate(config, "workflow/schemas/config.schema.yaml")
 
 
