@@ -7,7 +7,7 @@
 - :func:`category_report` (from :mod:`.eval_report`, like :func:`summarize`): the handout's
   three categories (format 1 & answer 1; format 1 & answer 0; format 0) with counts and the
   first 10 examples of each in eval order.
-- :func:`~reasoning_core.runtime.generations.log_generations` (SPEC section 1), the
+- :func:`~reasoning_core.runtime.generations.log_generations` (the handout's), the
   in-the-loop logging, is in its own module beside this one.
 - ``rrl eval --config F --out DIR`` (:func:`main`): writes ``config.yaml``,
   ``generations/step_000000.jsonl`` (per example: prompt, response, ground truth, the three

@@ -1,4 +1,4 @@
-"""Every run's config.yaml records the code that made it (issue 16, "nothing silent"): the git
+"""Every run's config.yaml records the code that made it (nothing silent): the git
 commit of the checkout (and whether the tree was dirty) and the versions of torch,
 transformers, vllm and math-verify (None where absent); a saved config.yaml still works as
 ``--config``, and resuming ignores the record (a run resumed after a commit still resumes).

