@@ -243,7 +243,7 @@ def test_workflow_settings_name_real_trainer_settings(config):
 @pytest.mark.parametrize("config", ["gpu_math", "gpu_gsm8k", "gpu_countdown"])
 def test_every_gpu_training_job_uses_the_measured_micro_batch(config):
     """The GPU studies train at the micro batch chosen on the H200 (8 sequences, no gradient
-    checkpointing; README "GPU runs"): the methods' batches, every sweep row that changes the
+    checkpointing; docs/gpu.md): the methods' batches, every sweep row that changes the
     train batch and the leaderboard recipe all divide into micro batches of 8, so no job of the
     study trains at a size nobody measured."""
     cfg = yaml.safe_load((ROOT / f"workflow/config/{config}.yaml").read_text())
