@@ -1,5 +1,5 @@
-"""The prepared GPU check must not rot: run its --tiny CPU variant end to end, in the lent
-machine's situation (no vLLM, math-verify, Snakemake, beartype or flash-attn), and check that
+"""The prepared GPU check must not rot: run its --tiny CPU variant end to end, in a bare
+GPU image's situation (no vLLM, math-verify, Snakemake, beartype or flash-attn), and check that
 one failing section, the time budget and the hard time limit each leave a usable JSON."""
 
 import json
@@ -53,7 +53,7 @@ DEVICE_PACKAGES = set(
     """.split()
 )
 
-# Runs `rrl <args>` with the device-missing packages hidden the way an absent package is:
+# Runs `rrl <args>` with the packages such an image lacks hidden the way an absent package is:
 # PathFinder is wrapped so that their modules are not found (import raises
 # ModuleNotFoundError, importlib.util.find_spec returns None) and their distributions are not
 # listed (importlib.metadata). It also records which top-level modules the project's own
@@ -135,7 +135,7 @@ def _run(args, tmp_path, env=None, hidden=DEVICE_MISSING):
         text=True,
         timeout=300,
         cwd=tmp_path,
-        # As on the device: the repository on PYTHONPATH, unbuffered progress lines.
+        # As on such a machine: the repository on PYTHONPATH, unbuffered progress lines.
         env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **(env or {})},
     )
     harness = json.loads(harness_out.read_text()) if harness_out.exists() else None
@@ -199,7 +199,7 @@ def test_tiny_check_runs_without_the_packages_the_device_lacks(tmp_path):
         for m, d in harness["project_imports"].items()
         if not d or not any(_normalize(x) in DEVICE_PACKAGES for x in d)
     }
-    assert not outside, f"the check imports packages the device lacks: {outside}"
+    assert not outside, f"the check imports packages a bare GPU image lacks: {outside}"
     report = json.loads(out.read_text())
     assert report["tiny"] is True and report["device"] == "cpu"
     assert report["complete"] is True and report["failed_sections"] == []
