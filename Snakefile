@@ -8,7 +8,7 @@
 #
 # Rules live in workflow/rules/ (one file per experiment family), settings in
 # workflow/config/ (validated by workflow/schemas/config.schema.yaml), sweeps in Paramspace
-# tables under workflow/config/sweeps/. See README.md, "The study (Snakemake)".
+# tables under workflow/config/sweeps/. See README.md, "Run one ablation".
 
 from snakemake.utils import min_version, validate
 

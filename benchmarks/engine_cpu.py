@@ -1,5 +1,5 @@
 """The HF engine against the static-KV-cache engine on CPU, on the tiny study's two sampling
-workloads, in one run (a speed lever of the tiny study, issue 18).
+workloads, in one run (a speed lever of the tiny study).
 
 - eval: the 512 arithmetic test problems, n=1, up to 48 new tokens (every evaluation);
 - rollout: 16 problems x n=8, up to 48 new tokens, min_tokens 4 (one GRPO rollout batch).

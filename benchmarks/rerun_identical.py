@@ -3,7 +3,7 @@
 A change that should not change behaviour (a refactor of the shell) is shown to be one by this
 script: each run named below is trained again by the current code from the ``config.yaml`` it
 saved, into ``--out``, and its ``metrics.jsonl`` is compared line by line with the saved one on
-every key except those starting with ``time/`` (wall-clock measurements, SPEC section 3).
+every key except those starting with ``time/`` (wall-clock measurements, docs/contract.md).
 
     python benchmarks/rerun_identical.py --base results/base --out /tmp/rerun \
         results/sft/default results/ei/default results/grpo/default

@@ -7,7 +7,7 @@ A task bundles three things:
 * prompt templates, `Task.format_prompt(example, template)`, where a template is a named data
   file in `envs/prompts/` (`r1_zero`, `question_only`, `countdown`);
 * reward functions, `Task.reward_fn(template) -> fn(response, ground_truth) -> dict`, returning
-  `{"reward", "format_reward", "answer_reward"}` as floats (`../shared/SPEC.md`).
+  `{"reward", "format_reward", "answer_reward"}` as floats (docs/contract.md).
 
 A task that can supply reasoning traces for SFT implements `Task.traces(split, ...)`, yielding
 `Trace(question, reasoning, answer, ground_truth)`; `envs.sft_data` turns them into r1_zero

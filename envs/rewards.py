@@ -5,8 +5,8 @@
   `\\boxed{}` or `\\fbox{}` that closes inside it unwrapped (when no box closes, a box is a
   wrong answer, as in the handout). reward = answer reward; format 0 implies answer 0.
   Where this differs from the handout's `drgrpo_grader` (tag order, the last closed box,
-  `\\fbox`, unreduced fractions) and why: README, "How our r1_zero grader differs from the
-  handout's"; `HANDOUT_DIFFERENCES` in tests/envs/test_rewards.py pins it.
+  `\\fbox`, unreduced fractions) and why: docs/contract.md, "How our r1_zero grader differs
+  from the handout's"; `HANDOUT_DIFFERENCES` in tests/envs/test_rewards.py pins it.
 * `question_only_reward_fn`: the answer is the content of the last `\\boxed{}` (or `\\fbox{}`);
   no box means format 0 (and answer 0).
 * `countdown_reward_fn`: r1 format with any whitespace between `</think>` and `<answer>`; the

@@ -192,7 +192,7 @@ def countdown_question(nums: list[int], target: int) -> str:
 
 
 def countdown_ground_truth(nums: list[int], target: int) -> str:
-    """The ground-truth string of `../shared/SPEC.md`: JSON `{"nums": [...], "target": N}`."""
+    """The ground-truth string of docs/contract.md: JSON `{"nums": [...], "target": N}`."""
     return json.dumps({"nums": list(nums), "target": target})
 
 

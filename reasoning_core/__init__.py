@@ -1,4 +1,4 @@
-"""reasoning_core: the pure functional core of reasoning-rl (see ../shared/SPEC.md section 1).
+"""reasoning_core: the pure functional core of reasoning-rl (docs/contract.md lists it).
 
 Everything importable from here is a pure function of tensors (and, for
 ``get_response_log_probs``, a model; for ``tokenize_prompt_and_output``, a tokenizer), except

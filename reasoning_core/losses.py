@@ -5,7 +5,7 @@ reduction left to the caller (:func:`~reasoning_core.masked.masked_mean` or
 :func:`~reasoning_core.masked.masked_normalize`), so ``torch.func.grad(..., has_aux=True)``
 and ``torch.func.vmap`` apply to them. :func:`sft_loss` and :func:`grpo_loss` are the pure
 scalar objectives; the two ``*_microbatch_train_step`` functions are thin wrappers whose
-contract (SPEC section 1) is to call ``.backward()`` on them.
+contract (docs/contract.md) is to call ``.backward()`` on them.
 
 Empty responses (a row whose mask is all zero) never make a loss NaN. The handout's
 ``masked_mean`` is 0/0 = NaN on such a row, so the objectives reduce per response with

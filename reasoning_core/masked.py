@@ -108,7 +108,7 @@ def masked_mean_or_zero(
     0 the numerator is 0 too (masked-out values are selected away, not multiplied), so an
     empty slice gives exactly 0 and its elements get exactly zero gradient. On a non-empty
     slice ``max(1, n) = n`` and the result is :func:`masked_mean`'s, bit for bit. This is the
-    reduction the losses use per response (SPEC section 1, "Edge cases"); it is not the
+    reduction the losses use per response (docs/contract.md, "Edge cases"); it is not the
     handout's ``masked_mean``, which is NaN on an empty slice.
 
     >>> masked_mean_or_zero(

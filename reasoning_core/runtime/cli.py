@@ -33,6 +33,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "sft-data": ("envs.sft_data", "build r1_zero SFT examples from a task's own solutions"),
     "gpu-check": ("reasoning_core.runtime.gpu_check", "prepared GPU readiness check"),
+    "docs": ("reasoning_core.runtime.settings_doc", "write docs/configuration.md from the code"),
 }
 
 

@@ -176,10 +176,28 @@ def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -
 
 
 def parse_run_args(
-    argv: list[str], description: str, *, need_out: bool = True
+    argv: list[str],
+    description: str,
+    *,
+    need_out: bool = True,
+    settings: type | None = None,
+    section: str | None = None,
 ) -> argparse.Namespace:
-    """Common arguments of every run command: ``--config``, repeated ``--set``, ``--out``."""
-    parser = argparse.ArgumentParser(description=description)
+    """Common arguments of every run command: ``--config``, repeated ``--set``, ``--out``.
+
+    With ``settings`` (the command's dataclass), ``--help`` ends with every setting: name,
+    type, default and meaning (:func:`reasoning_core.runtime.settings_doc.help_text`)."""
+    epilog = None
+    if settings is not None:
+        from reasoning_core.runtime.settings_doc import help_text
+
+        epilog = help_text(settings, section or "")
+    parser = argparse.ArgumentParser(
+        prog=f"rrl {section}" if section else None,
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--config", help="YAML file; a top-level section named after the command is used if present"
     )
@@ -218,7 +236,9 @@ def resolve_command(
 
     A bad setting prints ``rrl <section>: <message>`` to stderr and returns None: the command
     then exits 2, before any work."""
-    args = parse_run_args(list(sys.argv[1:] if argv is None else argv), description)
+    args = parse_run_args(
+        list(sys.argv[1:] if argv is None else argv), description, settings=cls, section=section
+    )
     try:
         if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
             raise ConfigError(f"--out {args.out} is a file; it must name a folder for the run")

@@ -53,22 +53,40 @@ from reasoning_core.runtime.updates import response_entropy, sft_update
 
 @dataclass
 class EIConfig(CommonConfig):
+    """Expert iteration: sample, keep the correct responses, SFT on them, repeat."""
+
     n_ei_steps: int = 5
-    ei_batch_size: int = 512  # questions per iteration (handout: 512, 1024, 2048)
-    group_size: int = 4  # G rollouts per question
+    """Expert-iteration rounds (sample, keep the correct, SFT on them)."""
+    ei_batch_size: int = 512
+    """Questions sampled per round (the handout tries 512, 1024 and 2048)."""
+    group_size: int = 4
+    """Responses sampled per question."""
     sft_epochs: int = 1
+    """SFT passes over each round's correct responses."""
     batch_size: int = 32
+    """Examples per SFT optimizer step."""
     gradient_accumulation_steps: int = 8
+    """Micro batches per optimizer step (micro batch = batch_size / this)."""
     normalize_constant: float = 1.0
+    """Each example's summed response negative log-likelihood is divided by this."""
     sampling_temperature: float = 1.0
+    """Temperature of the rollouts."""
     sampling_top_p: float = 1.0
+    """Nucleus-sampling top_p of the rollouts."""
     sampling_min_tokens: int = 4
+    """Fewest new tokens per rollout (no empty responses)."""
     sampling_max_tokens: int = 1024
+    """Most new tokens per rollout."""
     log_rollout_entropy: bool = True
-    train_examples: int | None = None  # size of the question pool (None: task default)
+    """Log the policy's mean token entropy over each round's rollouts (rollout/entropy)."""
+    train_examples: int | None = None
+    """Size of the pool of training questions (null: the task's default)."""
     lr: float = 5e-5
-    eval_every: int = 1  # EI iterations
-    save_every: int = 1  # EI iterations
+    """Peak learning rate of AdamW."""
+    eval_every: int = 1
+    """Evaluate every N rounds; 0: only at the start and the end."""
+    save_every: int = 1
+    """Save the resumable state every N rounds; 0: never."""
 
     def validate(self) -> None:
         check_at_least_one(

@@ -7,7 +7,7 @@
 - :func:`category_report` (from :mod:`.eval_report`, like :func:`summarize`): the handout's
   three categories (format 1 & answer 1; format 1 & answer 0; format 0) with counts and the
   first 10 examples of each in eval order.
-- :func:`~reasoning_core.runtime.generations.log_generations` (SPEC section 1), the
+- :func:`~reasoning_core.runtime.generations.log_generations` (the handout's), the
   in-the-loop logging, is in its own module beside this one.
 - ``rrl eval --config F --out DIR`` (:func:`main`): writes ``config.yaml``,
   ``generations/step_000000.jsonl`` (per example: prompt, response, ground truth, the three
@@ -55,40 +55,65 @@ class EvalConfig:
     """Settings of ``rrl eval`` (section ``eval`` of a config file)."""
 
     model_path: str
+    """Hugging Face model folder to evaluate (config.json, safetensors weights, tokenizer)."""
     task: str = "math"
+    """Task whose data, prompt templates and reward are used: math, gsm8k, countdown or
+    arithmetic."""
     split: str = "test"
+    """Split of the task to evaluate on (math: test or math500)."""
     template: str = "r1_zero"
-    data_path: str | None = None  # read the split from this JSONL instead of the vendored data
-    limit: int | None = None  # evaluate only the first `limit` examples
-    # "auto": vllm when the vllm package imports and `device` is CUDA, else static on CUDA, else
-    # hf; the log says which, and done.json records it as "engine".
+    """Prompt template (r1_zero or question_only; countdown has its own), with its matching
+    reward."""
+    data_path: str | None = None
+    """Read the split from this JSONL file instead of the vendored data."""
+    limit: int | None = None
+    """Evaluate only the first N examples (null: all)."""
     engine: Literal["auto", "vllm", "hf", "static"] = "vllm"
-    # hf and static engines and the entropy forward (vLLM places itself): "auto" takes the CUDA
-    # GPU when there is one.
+    """Sampling engine. auto: vllm when the vllm package imports and device is CUDA, else
+    static on CUDA, else hf; the log says which and done.json records it."""
     device: str = "auto"
-    dtype: str = "float32"  # model dtype (bfloat16 on a GPU)
+    """Where the hf and static engines and the entropy forward run (vLLM places itself): auto
+    (the CUDA GPU when there is one), cpu, cuda or cuda:N."""
+    dtype: str = "float32"
+    """Dtype of the model's weights (bfloat16 on a GPU)."""
     n: int = 1
+    """Responses sampled per problem."""
     temperature: float = 1.0
+    """Sampling temperature."""
     top_p: float = 1.0
+    """Nucleus-sampling top_p."""
     max_tokens: int = 1024
+    """Most new tokens per response."""
     min_tokens: int = 0
+    """Fewest new tokens per response."""
     stop: list[str] = field(default_factory=lambda: ["</answer>"])
+    """Strings that end a response."""
     include_stop_str_in_output: bool = True
+    """Keep the stop string at the end of the response (the r1_zero reward needs
+    </answer>)."""
     seed: int = 0
-    batch_size: int = 256  # prompts per generate call
-    max_model_len: int | None = None  # vLLM only
-    kv_cache_memory_bytes: int | None = None  # vLLM only (default 1 GiB on CPU)
-    gpu_memory_utilization: float = 0.85  # vLLM on a GPU only
+    """Seed of the sampling; each engine call (batch_size problems) draws from its own seed
+    derived from it."""
+    batch_size: int = 256
+    """Problems per engine call."""
+    max_model_len: int | None = None
+    """vLLM only: longest prompt + response in tokens (null: the model's)."""
+    kv_cache_memory_bytes: int | None = None
+    """vLLM only: bytes of KV cache (null: 1 GiB on CPU, gpu_memory_utilization on a GPU)."""
+    gpu_memory_utilization: float = 0.85
+    """vLLM on a GPU only: the share of the GPU's memory vLLM may take."""
     grade_timeout: float = 10.0
-    # Eval line and summary.json carry `entropy`, the mean token entropy of the responses under
-    # the model (token-weighted; a no-gradient forward over them, entropy_micro_batch_size
-    # responses at a time). The hf and static engines hold the model they sample with; a
-    # vLLM engine holds none, so the model is loaded again with Hugging Face on `device` once
-    # vLLM is closed. false: `entropy: null`, nothing extra loaded or computed.
+    """Seconds per response the grader may take; a response that takes longer scores 0 and is
+    counted in grade/timeouts."""
     entropy: bool = True
+    """Report entropy, the responses' mean token entropy under the model (token-weighted).
+    The hf and static engines give it with the samples; with vLLM the model is loaded again
+    with Hugging Face on device once vLLM is closed. false: entropy is null."""
     entropy_micro_batch_size: int = 8
-    # summary.json lists the first N responses of each category in eval order (handout: >= 10).
+    """Responses per no-gradient forward when the entropy needs its own pass (vLLM)."""
     examples_per_category: int = 10
+    """summary.json lists the first N responses of each category in eval order (the handout
+    asks for at least 10)."""
 
     def validate(self) -> None:
         if self.task not in envs.task_names():

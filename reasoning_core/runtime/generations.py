@@ -1,4 +1,4 @@
-"""``log_generations`` (SPEC section 1): the handout's in-the-loop logging of generations.
+"""``log_generations``: the handout's in-the-loop logging of generations.
 
 Per example: prompt, response, ground truth, the three rewards and the mean token entropy of
 the policy over the response; overall, the mean response length of all, correct and incorrect

@@ -68,36 +68,61 @@ class GRPOConfig(CommonConfig):
     """GRPO settings; defaults are the handout's (Qwen2.5-Math-1.5B on MATH)."""
 
     n_grpo_steps: int = 200
+    """GRPO steps: each samples one rollout batch and trains on it."""
     lr: float = 1e-5
+    """Peak learning rate of AdamW."""
     advantage_eps: float = 1e-6
+    """Added to a group's reward standard deviation before dividing by it."""
     rollout_batch_size: int = 256
+    """Responses sampled per GRPO step (rollout_batch_size / group_size questions)."""
     group_size: int = 8
+    """Responses per question; advantages are relative to the group."""
     sampling_temperature: float = 1.0
+    """Temperature of the rollouts."""
     sampling_top_p: float = 1.0
-    sampling_min_tokens: int = 4  # as in Expert Iteration, disallow empty responses
+    """Nucleus-sampling top_p of the rollouts."""
+    sampling_min_tokens: int = 4
+    """Fewest new tokens per rollout; as in expert iteration, no empty responses."""
     sampling_max_tokens: int = 1024
-    epochs_per_rollout_batch: int = 1  # 1: on-policy
-    train_batch_size: int = 256  # 256 with rollout_batch_size 256: on-policy
-    gradient_accumulation_steps: int = 128  # micro batch size = 256 / 128 = 2
+    """Most new tokens per rollout."""
+    epochs_per_rollout_batch: int = 1
+    """Passes over each rollout batch; 1 with train_batch_size = rollout_batch_size is
+    on-policy."""
+    train_batch_size: int = 256
+    """Responses per optimizer step; a rollout batch gives rollout_batch_size /
+    train_batch_size steps per epoch."""
+    gradient_accumulation_steps: int = 128
+    """Micro batches per optimizer step (micro batch = train_batch_size / this; the handout's
+    128 gives 2); the update is the batch mean whatever the split."""
     loss_type: str = "reinforce_with_baseline"
+    """Policy-gradient loss: no_baseline (raw rewards), reinforce_with_baseline (group
+    advantages), grpo_clip (PPO-style clipped ratio), grpo_no_clip (the unclipped ratio)."""
     use_std_normalization: bool = True
+    """Divide each group's advantages by its reward standard deviation (+ advantage_eps)."""
     cliprange: float = 0.2
+    """grpo_clip's epsilon: the ratio is clipped to [1 - cliprange, 1 + cliprange]."""
     length_normalization: Literal["masked_mean", "masked_normalize"] = "masked_mean"
-    normalize_constant: float | None = None  # for masked_normalize; None: sampling_max_tokens
-    old_log_probs: Literal["auto", "none"] = "auto"  # auto: recompute when the loss needs them
-    # Sort each train batch's rows by length before cutting it into micro batches, so a micro
-    # batch pads to a near-equal longest row: less padding computed, the same batch mean up to
-    # rounding (the micro batches group other rows, so sums round differently).
+    """How a response's per-token losses become one number: masked_mean (divide by its own
+    length) or masked_normalize (divide by normalize_constant)."""
+    normalize_constant: float | None = None
+    """Divisor of masked_normalize (null: sampling_max_tokens)."""
+    old_log_probs: Literal["auto", "none"] = "auto"
+    """auto: compute the sampling policy's log-probs when the loss needs them (the ratio
+    losses); none: never (refused with a ratio loss)."""
     sort_micro_batches: bool = False
-    # Pack the rows of a micro batch that share a prompt into one sequence, the prompt once
-    # and its responses after it under a 4D attention mask (batching.shared_prompt_log_probs):
-    # the same loss and gradient up to rounding, fewer tokens computed. A train batch's rows
-    # are then ordered by question, questions by their responses' total length, so that a
-    # micro batch holds whole groups of similar packed length.
+    """Sort each train batch's rows by length before cutting it into micro batches, so a micro
+    batch pads to a near-equal longest row: less padding computed, the same batch mean up to
+    rounding."""
     share_prompts: bool = False
-    train_examples: int | None = None  # size of the training question pool (None: task default)
-    eval_every: int = 5  # GRPO steps
-    save_every: int = 5  # GRPO steps
+    """Pack the rows of a micro batch that share a prompt into one sequence, the prompt once and
+    its responses after it under a 4D attention mask: the same loss and gradient up to
+    rounding, fewer tokens computed. Rows are then ordered by question."""
+    train_examples: int | None = None
+    """Size of the pool of training questions (null: the task's default)."""
+    eval_every: int = 5
+    """Evaluate every N GRPO steps; 0: only at the start and the end."""
+    save_every: int = 5
+    """Save the resumable state every N GRPO steps; 0: never."""
 
     def validate(self) -> None:
         if self.loss_type not in LOSS_TYPES:

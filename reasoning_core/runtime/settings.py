@@ -40,74 +40,105 @@ class CommonConfig:
 
     # What to train and on which task.
     model_path: str = ""
+    """Hugging Face model folder to start from (config.json, safetensors weights, tokenizer)."""
     task: str = "math"
+    """Task whose data, prompt templates and reward are used: math, gsm8k, countdown or
+    arithmetic (the tiny world's)."""
     train_split: str = "train"
+    """Split of the task that training questions or examples come from."""
     eval_split: str = "test"
+    """Split of the task that the run is evaluated on (math: test or math500)."""
     template: str = "r1_zero"
+    """Prompt template (r1_zero or question_only; countdown has its own), with its matching
+    reward."""
     seed: int = 0
+    """Seed of everything the run draws: question order, rollout sampling, data order and
+    subset, and the evaluation's sample unless eval_seed is set."""
     # Placement (GPU-friendly knobs; CPU is the default).
-    device: str = "cpu"  # "cpu", "cuda", "cuda:N" or "auto"
+    device: str = "cpu"
+    """Where the policy runs: cpu, cuda, cuda:N, or auto (CUDA when there is a GPU)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    # torch threads on CPU. Measured on a 2-core machine (1M-parameter Qwen2 step): 1 thread 3.35
-    # steps/s, 2 threads 5.55; two 1-thread processes 6.44 in all, so the study runs 1 per job.
+    """Dtype of the policy's weights and forward (bfloat16 on a GPU)."""
     num_threads: int = 1
+    """torch threads on CPU. One: two one-thread runs at once get more done than one run on two
+    threads (docs/benchmarks.md, threads)."""
     gradient_checkpointing: bool = False
-    # On a CUDA out-of-memory error in a training or scoring pass, redo that optimizer step
-    # (or pass) with a smaller micro batch (a divisor of the last one, so the gradient is the
-    # same batch mean) and keep that size for the rest of the run. Off: the error stops the run.
+    """Recompute activations in the backward pass instead of keeping them: less GPU memory,
+    slower steps."""
     oom_backoff: bool = True
-    # "auto": FlashAttention 2 on a GPU in bf16/fp16 when flash-attn is installed, else SDPA.
+    """On a CUDA out-of-memory error in a training or scoring pass, redo that step with a
+    smaller micro batch (a divisor of the last, so the update is the same batch mean) and keep
+    it for the rest of the run. false: the error stops the run."""
     attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2"] = "auto"
-    # Run the training and scoring forwards (log-probs, entropy) through torch.compile; sampling
-    # and evaluation stay eager. Measured on an H200 (benchmarks/RESULTS.md): SFT steps 1.15-1.18x
-    # the eager tokens/s at micro batch 4-16, 2.3x at micro batch 2 with gradient checkpointing,
-    # after 55-90 s of compilation per micro-batch shape.
+    """Attention kernel. auto: FlashAttention 2 on a GPU in bf16/fp16 when flash-attn is
+    installed, else PyTorch SDPA."""
     compile: bool = False
-    # Rollout engine. vLLM runs in-process: colocated on the policy's GPU (give it a memory
-    # share with engine_kwargs.vllm.gpu_memory_utilization) or, on two GPUs, with the policy on
-    # device "cuda:1" while vLLM takes cuda:0 (see README, "GPU runs").
-    # "static": preallocated KV cache and CUDA-graph decode steps, no vLLM needed.
-    # "auto": vllm when the vllm package imports and the device is CUDA, else static on CUDA,
-    # else hf; the run's log says which, and done.json records it as "engine".
+    """Run the training and scoring forwards through torch.compile (sampling and evaluation
+    stay eager). Off by default: each micro-batch shape compiles first, which a short run does
+    not win back (docs/benchmarks.md, GPU)."""
     engine: Literal["auto", "hf", "static", "vllm"] = "hf"
-    # Options of the engine: a flat mapping ({max_batch_size: 64}) for an explicitly named
-    # engine, or one section per engine ({vllm: {gpu_memory_utilization: 0.35}, static: {...}})
-    # of which the chosen engine gets its own (none: defaults). `engine: auto` needs sections.
+    """Rollout and evaluation engine: hf (transformers generate), static (preallocated KV
+    cache, CUDA-graph decode on a GPU), vllm (in-process, weights synced after each step), or
+    auto (vllm if it imports and the device is CUDA, else static on CUDA, else hf; done.json
+    records the choice)."""
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Options of the engine: a flat mapping ({max_batch_size: 64}) for an engine named in
+    `engine`, or one section per engine ({vllm: {gpu_memory_utilization: 0.35}, static:
+    {...}}) of which the chosen engine gets its own. engine: auto needs sections."""
     # Optimizer and schedule (AdamW).
     lr: float = 1e-5
+    """Peak learning rate of AdamW."""
     weight_decay: float = 0.0
+    """AdamW's decoupled weight decay."""
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    """AdamW's (beta1, beta2)."""
     adam_eps: float = 1e-8
+    """AdamW's epsilon."""
     lr_scheduler: Literal["constant", "cosine", "linear"] = "constant"
+    """Learning-rate schedule after the warm-up: constant, or a cosine or linear decay to
+    lr * min_lr_ratio at the last step."""
     warmup_steps: int = 0
+    """Optimizer steps of linear warm-up from 0 to lr."""
     min_lr_ratio: float = 0.0
+    """Where a decaying schedule ends, as a fraction of lr."""
     max_grad_norm: float = 1.0
+    """Clip the gradient to this global L2 norm before each optimizer step."""
     # Evaluation (sampled, fixed problems, seeded: the same seed draws the same sample).
     eval_examples: int | None = 512
-    eval_every: int = 0  # in the trainer's own unit of steps; 0 = only at start and end
+    """Evaluate on the first N problems of eval_split (null: all of them)."""
+    eval_every: int = 0
+    """Evaluate every N steps in the trainer's own unit (SFT optimizer steps, EI iterations,
+    GRPO steps); 0: only at the start and the end."""
     eval_at_start: bool = True
+    """Evaluate the starting model at step 0 (a resumed run does not again)."""
     eval_temperature: float = 1.0
+    """Sampling temperature of the evaluation."""
     eval_top_p: float = 1.0
+    """Nucleus-sampling top_p of the evaluation."""
     eval_max_tokens: int = 1024
-    # Seed of the evaluation's sampling; None: the run's `seed`, so runs with other seeds are
-    # also evaluated on other draws (and step 0 of seed N is `rrl eval --set seed=N`'s sample).
+    """Most new tokens per evaluation response."""
     eval_seed: int | None = None
-    eval_batch_size: int | None = 256  # prompts per engine call, as `rrl eval` (None: all at once)
+    """Seed of the evaluation's sampling; null: the run's seed, so runs with other seeds are
+    also evaluated on other draws (and step 0 of seed N is rrl eval's sample with seed N)."""
+    eval_batch_size: int | None = 256
+    """Problems per engine call of an evaluation, each call with its own seed (null: all at
+    once)."""
     stop: list[str] = field(default_factory=lambda: ["</answer>"])
+    """Strings that end a response, in rollouts and evaluations (kept in the response)."""
     # Saving and watching.
-    save_every: int = 10  # resumable state every N steps of the trainer's unit; 0 = never
+    save_every: int = 10
+    """Save the resumable state (state/) every N steps of the trainer's unit; 0: never."""
     save_checkpoint: bool = True
+    """Write the final model as a Hugging Face folder, checkpoint/."""
     progress: bool = True
-    # Wall-clock budget of the whole run in seconds (resumed runs count their earlier time);
-    # None: no limit. Checked after each iteration (GRPO/EI step, SFT optimizer step): once the
-    # run's elapsed time passes it, the run evaluates, saves its checkpoint and writes done.json
-    # with stopped_on_budget: true. The handout's leaderboard budget is 4 h on 2 H100s.
+    """Show a progress bar on stderr."""
     max_wall_seconds: float | None = None
-    # Where metrics go besides metrics.jsonl (always written): "tensorboard" (event files in
-    # out/tensorboard) and/or "wandb" (offline unless WANDB_MODE says otherwise). Each needs
-    # its package: pip install 'reasoning-rl[tensorboard]' or 'reasoning-rl[wandb]'.
+    """Wall-clock budget of the whole run in seconds, a resumed run counting its earlier time
+    (null: none). Checked after each iteration: once passed, the run evaluates, saves its
+    checkpoint and writes done.json with stopped_on_budget: true."""
     trackers: list[Literal["tensorboard", "wandb"]] = field(default_factory=list)
+    """Where metrics go besides metrics.jsonl: tensorboard (event files in OUT/tensorboard)
+    and/or wandb (offline unless WANDB_MODE says otherwise); each needs its pip extra."""
 
     def validate(self) -> None:
         """Fail before any work with a message that names the setting."""

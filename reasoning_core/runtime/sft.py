@@ -43,18 +43,34 @@ from reasoning_core.runtime.updates import sft_update
 
 @dataclass
 class SFTConfig(CommonConfig):
-    train_data: str = ""  # JSONL of {prompt, response, ground_truth}; "" = the task's SFT pool
-    sft_pool_size: int | None = None  # size of the task's pool (None: the task's default)
-    max_examples: int | None = None  # unique examples used (None: all)
+    """SFT settings: the data and its selection, epochs, batch and its micro batches."""
+
+    train_data: str = ""
+    """JSONL file of {prompt, response, ground_truth} examples; "": the task's built-in SFT
+    pool (the arithmetic task's)."""
+    sft_pool_size: int | None = None
+    """Size of the task's built-in SFT pool (null: the task's default)."""
+    max_examples: int | None = None
+    """Train on this many unique examples, a subset drawn with the run's seed (null: all)."""
     filter_correct: bool = False
+    """Keep only the examples whose response the task's reward grades correct."""
     epochs: int = 1
-    max_steps: int | None = None  # stop after this many optimizer steps
+    """Passes over the examples."""
+    max_steps: int | None = None
+    """Stop after this many optimizer steps (null: after the epochs)."""
     batch_size: int = 32
+    """Examples per optimizer step."""
     gradient_accumulation_steps: int = 8
+    """Micro batches per optimizer step (micro batch = batch_size / this); the update is the
+    batch mean whatever the split."""
     normalize_constant: float = 1.0
+    """Each example's summed response negative log-likelihood is divided by this."""
     lr: float = 5e-5
-    eval_every: int = 50  # optimizer steps; 0 = only at start and end
-    save_every: int = 50  # optimizer steps
+    """Peak learning rate of AdamW."""
+    eval_every: int = 50
+    """Evaluate every N optimizer steps; 0: only at the start and the end."""
+    save_every: int = 50
+    """Save the resumable state every N optimizer steps; 0: never."""
 
     def validate(self) -> None:
         check_divisible(self, "batch_size", "gradient_accumulation_steps")

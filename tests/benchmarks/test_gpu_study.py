@@ -94,8 +94,8 @@ def test_wheel_list_covers_what_the_device_lacks():
     assert "snakemake" in bring and "sympy" not in bring
 
 
-def _device_session(tmp_path, *args, **env):
-    """benchmarks/device_session.sh with PYTHON a stub that logs the benchmark scripts it is
+def _offline_session(tmp_path, *args, **env):
+    """benchmarks/gpu_offline_session.sh with PYTHON a stub that logs the benchmark scripts it is
     asked to run (and sleeps ``STUB_SLEEP`` seconds when it is rollout_gpu.py) instead of
     running anything. Other calls (gpu_study.sh's ``-m pip install`` of the wheels, made when
     ``.gpu_study/`` has been prepared in this checkout) succeed and are not logged."""
@@ -110,17 +110,17 @@ def _device_session(tmp_path, *args, **env):
     stub.chmod(0o755)
     env = {**os.environ, "PYTHON": str(stub), **env}
     env.pop("OUT", None)
-    script = str(ROOT / "benchmarks/device_session.sh")
+    script = str(ROOT / "benchmarks/gpu_offline_session.sh")
     result = subprocess.run(["bash", script, *args], env=env, capture_output=True, text=True)
     lines = calls.read_text().splitlines() if calls.exists() else []
     return result, lines
 
 
-def test_device_session_runs_the_rollout_benchmark_then_the_study_within_its_budget(tmp_path):
+def test_offline_session_runs_the_rollout_benchmark_then_the_study_within_its_budget(tmp_path):
     """One call on the GPU machine: rollout_gpu.py first, then gpu_study.sh with what is left
     of TOTAL_SECONDS; a rollout benchmark past ROLLOUT_SECONDS is stopped, the study still runs."""
     out = tmp_path / "out"
-    result, calls = _device_session(tmp_path, "--tiny", "--out", str(out), TOTAL_SECONDS="500")
+    result, calls = _offline_session(tmp_path, "--tiny", "--out", str(out), TOTAL_SECONDS="500")
     assert result.returncode == 0, result.stderr + result.stdout
     rollout, study = calls
     assert rollout == f"benchmarks/rollout_gpu.py --out {out} --tiny"
@@ -128,15 +128,15 @@ def test_device_session_runs_the_rollout_benchmark_then_the_study_within_its_bud
     assert 495 <= int(study.split()[-1]) <= 500
 
     env = {"TOTAL_SECONDS": "500", "ROLLOUT_SECONDS": "1", "STUB_SLEEP": "5"}
-    result, calls = _device_session(tmp_path / "slow", "--out", str(out), **env)
-    assert result.returncode == 1  # the benchmark was stopped: the session says it failed
+    result, calls = _offline_session(tmp_path / "slow", "--out", str(out), **env)
+    assert result.returncode == 1  # the benchmark was stopped: the script says it failed
     assert "stopped at 1 s" in result.stdout
     assert calls[0] == f"benchmarks/rollout_gpu.py --out {out}"
     assert 495 <= int(calls[1].split()[-1]) <= 499
 
 
-def test_device_session_needs_an_output_folder_and_known_arguments(tmp_path):
-    result, calls = _device_session(tmp_path)
+def test_offline_session_needs_an_output_folder_and_known_arguments(tmp_path):
+    result, calls = _offline_session(tmp_path)
     assert result.returncode == 2 and "set OUT or pass --out" in result.stderr and not calls
-    result, calls = _device_session(tmp_path, "--fast")
+    result, calls = _offline_session(tmp_path, "--fast")
     assert result.returncode == 2 and "unknown argument '--fast'" in result.stderr and not calls

@@ -1,29 +1,53 @@
-"""The README's results tables are the committed study's: every row benchmarks/readme_tables.py
-prints from results/summary.tsv, results/ablations.tsv and results/benchmarks/ is a line of
-README.md."""
+"""The results tables of README.md and docs/results.md are the committed study's: each
+document is exactly what benchmarks/readme_tables.py --write makes of it from results/."""
 
 from __future__ import annotations
 
+import pytest
 from project_root import ROOT, load_script
 
 tables = load_script("benchmarks/readme_tables.py")
 
 
-def test_readme_shows_the_committed_results():
-    readme = set((ROOT / "README.md").read_text().splitlines())
+@pytest.mark.parametrize("document", tables.DOCUMENTS)
+def test_documents_show_the_committed_results(document):
+    text = (ROOT / document).read_text(encoding="utf-8")
+    generated = tables.blocks(ROOT / "results")
+    found = [m.group(2) for m in tables.BLOCK.finditer(text)]
+    assert "runs" in found, f"{document} has no results:runs block"
+    assert text == tables.render(text, generated), (
+        f"{document} differs from results/: run python benchmarks/readme_tables.py --write"
+    )
+
+
+def test_results_page_has_every_table_and_the_readme_the_run_table():
+    on_page = {m.group(2) for m in tables.BLOCK.finditer((ROOT / "docs/results.md").read_text())}
+    assert on_page == set(tables.blocks(ROOT / "results"))
+    in_readme = [m.group(2) for m in tables.BLOCK.finditer((ROOT / "README.md").read_text())]
+    assert in_readme == ["runs"]
+
+
+def test_blocks_have_a_row_per_run_and_per_comparison():
     summary = tables.read_tsv(ROOT / "results/summary.tsv")
     ablations = tables.read_tsv(ROOT / "results/ablations.tsv")
-    rows = tables.runs_table(summary) + tables.ablations_table(ablations)
+    generated = tables.blocks(ROOT / "results")
     runs = {r["run"] for r in summary if r["run"] != "base"}
-    assert len(rows) == 4 + len(runs) + sum(
+    assert len(generated["runs"]) == 2 + len(runs)
+    against_baseline = sum(
         r["metric"] == "eval_accuracy" and r["baseline"] != "zero_shot" for r in ablations
     )
-    times = tables.family_times(ROOT / "results/benchmarks")
-    assert times[-1].startswith("all ") and len(times) >= 6
-    missing = [row for row in rows + times if row not in readme]
-    assert not missing, "README.md lacks (rerun benchmarks/readme_tables.py):\n" + "\n".join(
-        missing
+    assert len(generated["ablations"]) == 2 + against_baseline
+    assert sum(line.startswith("- `") for line in generated["verdicts"]) == against_baseline
+    assert generated["jobs"][-2].startswith("all ")
+
+
+def test_render_replaces_only_the_blocks_bodies():
+    text = "intro\n<!-- results:runs -->\nstale\n<!-- /results:runs -->\noutro 24.9%\n"
+    assert tables.render(text, {"runs": ["| a |", "| b |"]}) == (
+        "intro\n<!-- results:runs -->\n| a |\n| b |\n<!-- /results:runs -->\noutro 24.9%\n"
     )
+    with pytest.raises(SystemExit, match="unknown results block 'nope'"):
+        tables.render("<!-- results:nope -->\n<!-- /results:nope -->", {"runs": []})
 
 
 def test_flipped_verdicts_are_listed_by_metric_run_and_baseline():

@@ -1,4 +1,4 @@
-"""The package-level contract of reasoning_core (SPEC section 1): names, keyword names, no
+"""The package-level contract of reasoning_core (docs/contract.md): names, keyword names, no
 heavy imports, and jaxtyping annotations that hold at run time, also under vmap."""
 
 import inspect
@@ -11,7 +11,7 @@ from torch.func import vmap
 
 import reasoning_core as rc
 
-SPEC_KEYWORDS = {
+CONTRACT_KEYWORDS = {
     "tokenize_prompt_and_output": ["prompt_strs", "output_strs", "tokenizer"],
     "compute_entropy": ["logits"],
     "get_response_log_probs": ["model", "input_ids", "labels", "return_token_entropy"],
@@ -55,15 +55,15 @@ SPEC_KEYWORDS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(SPEC_KEYWORDS))
+@pytest.mark.parametrize("name", sorted(CONTRACT_KEYWORDS))
 def test_spec_functions_have_the_spec_keywords(name):
     params = list(inspect.signature(getattr(rc, name)).parameters)
-    assert params[: len(SPEC_KEYWORDS[name])] == SPEC_KEYWORDS[name]
+    assert params[: len(CONTRACT_KEYWORDS[name])] == CONTRACT_KEYWORDS[name]
     assert name in rc.__all__
 
 
 def test_defaults_do_what_the_spec_says():
-    """SPEC defaults, by what they do: ``length_norm`` averages over each response's tokens,
+    """The contract's defaults, by what they do: ``length_norm`` averages over each response's tokens,
     ``normalize_constant`` of masked_normalize is 1, and log-probs come without entropies
     unless asked for."""
     gen = torch.Generator().manual_seed(0)

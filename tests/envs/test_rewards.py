@@ -174,7 +174,7 @@ Q_GOLDEN = [
 
 
 # Where our graders differ from the handout's (cs336_alignment/drgrpo_grader.py, read, not run
-# here), as the README's "How our r1_zero grader differs from the handout's" states. Rows:
+# here), as docs/contract.md's "How our r1_zero grader differs from the handout's" states. Rows:
 # (difference, template, response, ground truth, ours (answer, format), handout's (answer,
 # format)); the handout's values follow from its code: format needs `</think> <answer>` and
 # `</answer>` anywhere; the answer is everything after the last `<answer>` with `</answer>`
@@ -226,16 +226,17 @@ def test_question_only_golden(response, gt, answer, fmt):
 )
 def test_differences_from_the_handout_grader(difference, template, response, gt, ours, handout):
     """Each row is a case where we score differently from the handout's drgrpo grader, as the
-    README says; a change of our grader that makes a row agree with the handout shows up here."""
+    contract says; a change of our grader that makes a row agree with the handout shows up here."""
     fn = r1_zero_reward_fn if template == "r1_zero" else question_only_reward_fn
     assert fn(response, gt) == _expected(*ours)
     assert ours != handout
 
 
-def test_readme_names_every_difference_from_the_handout_grader():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = readme.index("### How our r1_zero grader differs from the handout's")
-    section = readme[start : readme.index("\n## ", start)]
+def test_contract_names_every_difference_from_the_handout_grader():
+    contract = (ROOT / "docs/contract.md").read_text(encoding="utf-8")
+    start = contract.index("## How our r1_zero grader differs from the handout's")
+    end = contract.find("\n## ", start + 1)
+    section = contract[start : end if end != -1 else len(contract)]
     for difference in sorted({row[0] for row in HANDOUT_DIFFERENCES}):
         assert f"**{difference}.**" in section, difference  # the bullet that explains it
 

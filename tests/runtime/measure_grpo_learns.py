@@ -10,7 +10,7 @@ collects only ``test_*.py``); the numbers in the test's docstring come from its 
 
 About 25-40 s per run on one core of the 2-core development machine.
 The header names the CPU kernels in use; ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS and
-ONEDNN_MAX_CPU_ISA set before the command pick another CPU's float path (README, "Development").
+ONEDNN_MAX_CPU_ISA set before the command pick another CPU's float path (docs/development.md).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # the repository r
 
 import test_grpo_learns as t  # noqa: E402
 
-# the settings that pick other float paths on one machine (README, "Development")
+# the settings that pick other float paths on one machine (docs/development.md)
 ISA_SETTINGS = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
 
 

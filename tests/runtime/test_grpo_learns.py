@@ -7,7 +7,8 @@ stand-in computed from the response text alone, the share of its characters that
 it, so nearly every group gives a signal, and the policy can raise the reward by putting
 probability on the ten digit tokens (the tiny-world tokenizer writes one token per digit).
 The base is the micro world of the trainer tests (6 pretraining steps: near-random text, 1-2%
-of its characters digits). Learning arithmetic itself is what the tiny-world study shows (README, results/).
+of its characters digits). Learning arithmetic itself is what the tiny-world study shows
+(docs/results.md).
 
 The assertion: the mean reward of the last STEPS_COMPARED of N_STEPS steps exceeds that of
 the first STEPS_COMPARED by at least MARGIN.
@@ -21,7 +22,7 @@ threads, 12 runs. Head (mean reward of steps 1-3) 0.017-0.035, tail (steps 8-10)
 rise +0.838 to +0.913; 1 and 2 threads gave the same curves to 3 decimals. The worst rise,
 +0.838 (seed 1), is 2.8 times MARGIN. One run takes about a minute on one loaded core.
 With ATen, MKL and oneDNN capped at AVX2, and at no vector kernels (other CPUs' float paths,
-README "Development"), the same 6 seeds rose by the same amounts.
+docs/development.md), the same 6 seeds rose by the same amounts.
 """
 
 from __future__ import annotations

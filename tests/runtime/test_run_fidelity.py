@@ -1,4 +1,4 @@
-"""What a run's files say about the run (issue 16 "nothing silent", issue 15's wall budget).
+"""What a run's files say about the run: nothing silent, and the wall budget.
 
 * a graded pair whose grading raised scores 0 and is counted: ``grade/timeouts`` and
   ``grade/errors`` on every train and eval line, in ``rrl eval``'s ``summary.json``, with a

@@ -280,7 +280,7 @@ def test_workflow_settings_name_real_trainer_settings(config):
 @pytest.mark.parametrize("config", ["gpu_math", "gpu_gsm8k", "gpu_countdown"])
 def test_every_gpu_training_job_uses_the_measured_micro_batch(config):
     """The GPU studies train at the micro batch chosen on the H200 (8 sequences, no gradient
-    checkpointing; README "GPU runs"): the methods' batches, every sweep row that changes the
+    checkpointing; docs/gpu.md): the methods' batches, every sweep row that changes the
     train batch and the leaderboard recipe all divide into micro batches of 8, so no job of the
     study trains at a size nobody measured."""
     cfg = yaml.safe_load((ROOT / f"workflow/config/{config}.yaml").read_text())
@@ -325,7 +325,7 @@ def test_smoke_workflow_runs_end_to_end(tmp_path):
     print(f"smoke workflow: {seconds:.0f} s")
     results = tmp_path / "results" / "smoke"
 
-    # Every planned run finished and left the SPEC section 3 files; every run in its seed
+    # Every planned run finished and left the run-folder files of docs/contract.md; every run in its seed
     # folder (smoke: seed 0 only), zero-shot included; the base model once.
     runs = [p.parent for p in results.rglob("done.json")]
     assert len(runs) >= 15
@@ -370,7 +370,7 @@ def test_smoke_workflow_runs_end_to_end(tmp_path):
         assert_png(plot)
 
     # summary.tsv: a row per seed and a mean row per run across seeds, one per single run;
-    # SPEC columns plus one column per varied setting and the spread across seeds.
+    # The contract's columns plus one column per varied setting and the spread across seeds.
     with (results / "summary.tsv").open() as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
     assert len(rows) == len(runs) + len(seeded)

@@ -106,9 +106,7 @@ class HFEngine:
         tokenizer: its tokenizer (loaded from the folder when omitted).
         max_batch_size: most rows (prompt x sample) decoded together. Default: 64 on CPU, 256
             otherwise. On CPU, larger batches are slower per token (the dynamic KV cache is
-            re-copied every step): benchmarks/rollout_throughput.py measured 8.2k/8.0k/5.9k/3.8k
-            tok/s at 32/64/128/256 rows on the tiny-world shape, 0.75k/0.81k/0.71k/0.51k on a
-            hidden-512, 8-layer model.
+            re-copied every step; docs/benchmarks.md, rollout_throughput).
         dtype: dtype when loading from a folder.
     """
 

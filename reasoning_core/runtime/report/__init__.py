@@ -14,7 +14,7 @@ A run folder holds its ``metrics.jsonl`` (one seed) or ``seed~N/`` folders each 
 a run with several seeds is drawn as the mean over its seeds with the 95% t-interval of the
 mean as a shaded band (curves) or an error bar with a dot per seed (final bars).
 
-``rrl summary`` writes ``summary.tsv`` (``../shared/SPEC.md`` section 3) from the committed
+``rrl summary`` writes ``summary.tsv`` (docs/contract.md) from the committed
 files of the run folders alone (``metrics.jsonl``, ``config.yaml``; never ``done.json``, which
 stays local), so a fresh clone rebuilds it byte for byte. Columns: ``experiment`` (the first
 folder under the results folder), ``run`` (the run's folder under the results folder, without

@@ -18,14 +18,10 @@ Steps, all seeded and reproducible:
    answer. Problems with ``long_steps`` (3) steps use the weights ``r1_styles_long``, which
    favour the passing style. Like Qwen2.5-Math-1.5B under the r1_zero prompt, the resulting
    base model often breaks the answer format and is only sometimes right when sampled, which
-   leaves every method room to show what it does. Measured with the defaults (``rrl eval``,
-   512 test problems, 48 new tokens, sampling seed 0): r1_zero sampled at temperature 1.0,
-   format reward 0.36 and accuracy 0.23 (HF engine; vLLM 0.34 and 0.23; sampling seeds 1-3
-   0.32-0.37 and 0.20-0.25); greedy, 0.48 and 0.47. question_only sampled 0.35 and 0.23
-   (greedy never boxes: 0 and 0). Pretraining took 450 s on one CPU thread. The pretraining
-   seed matters: ``seed=1`` gives a base at 0.40 / 0.30 sampled under r1_zero whose default
-   SFT run ends at 0.75 accuracy, against 0.66 from ``seed=0``. With 1,000 steps the spread
-   was wider (zero-shot accuracy 0.13 / 0.24, SFT 0.39 / 0.63), hence 2,000. Compare methods
+   leaves every method room to show what it does (its zero-shot accuracy and format reward are
+   the study's `zero_shot` rows, docs/results.md). The pretraining seed matters: another seed
+   builds another base, on which every method starts elsewhere, and fewer steps widen that
+   spread (docs/benchmarks.md), hence 2,000. Compare methods
    on one base, as the study does.
 2. **Tokenizer.** Byte-level BPE (``tokenizers``, ~390 tokens) with Qwen2's normalizer and
    pre-tokenizer (one digit per token), trained on the corpus minus the r1_zero preamble.

@@ -39,42 +39,43 @@ class TinyWorldConfig:
     """Settings of ``rrl tiny-world`` (section ``tiny-world:`` of the config file)."""
 
     seed: int = 0
+    """Seed of the corpus, the tokenizer's training documents, the initial weights and the
+    batches: another seed builds another base model."""
     # pretraining
     steps: int = 2000
+    """Pretraining steps. Fewer give a base whose zero-shot accuracy varies more between seeds
+    (docs/benchmarks.md, study speed)."""
     batch_size: int = 32
+    """Documents per pretraining step."""
     lr: float = 2e-3
+    """Peak learning rate of AdamW."""
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    """AdamW's (beta1, beta2)."""
     weight_decay: float = 0.01
+    """AdamW's weight decay, on matrices only (not on norms and biases)."""
     warmup_steps: int = 30
+    """Steps of linear warm-up."""
     min_lr_ratio: float = 0.1
+    """The cosine schedule ends at lr * min_lr_ratio."""
     grad_clip: float = 1.0
+    """Clip the gradient to this global L2 norm."""
     log_every: int = 10
-    # Two torch threads: no other job runs while the base model builds; measured 2.06x per step
-    # on a 2-core machine (benchmarks/study_speed.txt). The rounding is not one thread's: equal
-    # over the benchmark's 6 steps, the 2,000-step base differs from step 10 on (loss
-    # 5.72825937 against 5.72825942) and evaluates at 18.6% zero-shot, not 23.4% (HF engine).
+    """Write a loss line to metrics.jsonl every N steps."""
     num_threads: int = 2
-    # Batches drawn from a pool of `length_buckets` batches' documents sorted by length (the
-    # pool cut into batches of near-equal lengths, their order shuffled): less padding computed
-    # (30% of a step's tokens at 1, 3% at 16; 1.35x per one-thread step). 1: the stream's
-    # order. Not the default: at 16 the base fell to 10.4% zero-shot accuracy (30.5% format),
-    # against 22.9% (34.6%) at 1, likely because a batch's loss is a mean over its tokens, so
-    # batches of long documents (the multi-step problems) weigh less per token.
+    """torch threads. Two: no other job of the study runs while the base model builds, and a
+    pretraining step of this size gains from the second thread (docs/benchmarks.md, threads).
+    The rounding differs from one thread's, so the base is another one."""
     length_buckets: int = 1
-    # The attention mask of the right-padded batches: "padding" passes it; "causal" passes none
-    # (every real token precedes the padding of its row, which causal attention never lets it
-    # see, and padding is not scored): the same loss up to rounding, a faster attention path.
-    # 1.07x per one-thread step (benchmarks/study_speed.txt); the base built with it (two
-    # threads) evaluates at 22.9% zero-shot, 34.6% format.
+    """Draw each batch from a pool of this many batches' documents sorted by length, so a
+    batch pads less. 1: the stream's order. Not the default: the faster base evaluated far
+    lower zero-shot (docs/benchmarks.md, study speed)."""
     attention: str = "causal"
+    """Attention mask of the right-padded batches: padding passes it; causal passes none
+    (causal attention never lets a real token see the padding after it, and padding is not
+    scored): the same loss up to rounding, a faster attention path."""
     # corpus
     r1_fraction: float = 0.8
-    # Answer-style weights after the r1_zero prompt for short problems (fewer than
-    # `long_steps` steps) and, in `r1_styles_long`, for long ones. Long problems are worked
-    # step by step (and in the passing style) more often, so that sampling passes the format
-    # about a third of the time while greedy decoding passes it on long problems only, as a
-    # real base model behaves differently on different problems. Empty `r1_styles_long`:
-    # `r1_styles` for all problems.
+    """Share of documents that start with the r1_zero prompt (the rest use other layouts)."""
     r1_styles: dict[str, float] = field(
         default_factory=lambda: {
             "tags_chain": 0.25,
@@ -85,6 +86,8 @@ class TinyWorldConfig:
             "tags_newline": 0.15,
         }
     )
+    """Weights of the answer styles after the r1_zero prompt for problems of fewer than
+    long_steps steps; only tags_chain passes the r1_zero format check."""
     r1_styles_long: dict[str, float] = field(
         default_factory=lambda: {
             "tags_chain": 0.50,
@@ -95,22 +98,39 @@ class TinyWorldConfig:
             "tags_newline": 0.10,
         }
     )
+    """The same for problems of long_steps steps or more, which favour the passing style, so
+    that a base model behaves differently on different problems as a real one does; empty:
+    r1_styles for all."""
     long_steps: int = 3
+    """Problems with at least this many steps take r1_styles_long."""
     other_layouts: dict[str, float] = field(
         default_factory=lambda: {"qa": 1.0, "q_a_hash": 1.0, "inline": 1.0, "boxed": 0.5}
     )
+    """Weights of the layouts without the r1_zero prompt (boxed: the bare question, then the
+    answer in \\boxed{}, which the question_only prompt looks for)."""
     wrong_fraction: float = 0.2
+    """Share of documents in which one step is off by 1 or 2, the error carried to the
+    answer."""
     # tokenizer
     tokenizer_docs: int = 20_000
+    """Documents the byte-level BPE tokenizer is trained on."""
     # model
     vocab_size: int = 512
+    """Most tokens in the tokenizer's vocabulary."""
     hidden_size: int = 128
+    """Width of the Qwen2 model."""
     num_layers: int = 4
+    """Transformer layers."""
     num_heads: int = 4
+    """Attention heads."""
     num_kv_heads: int = 2
+    """Key/value heads (grouped-query attention)."""
     head_dim: int = 32
+    """Width of one attention head."""
     intermediate_size: int = 512
+    """Width of the MLP's hidden layer."""
     max_position_embeddings: int = 256
+    """Longest sequence the model takes, in tokens."""
 
     def validate(self) -> None:
         def bad(name: str, why: str) -> ConfigError:

