@@ -30,7 +30,10 @@ def test_step_0_of_every_run_from_the_base_is_zero_shot_of_the_same_seed():
     for path in sorted(RESULTS.glob("*/**/seed~*/config.yaml")):
         run = path.parent
         cfg = yaml.safe_load(path.read_text())
-        if run.parent.name == "zero_shot" or cfg.get("model_path") != "workflow/resources/tiny_world":
+        if (
+            run.parent.name == "zero_shot"
+            or cfg.get("model_path") != "workflow/resources/tiny_world"
+        ):
             continue
         if cfg["template"] != "r1_zero":
             continue
