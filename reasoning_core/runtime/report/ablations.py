@@ -115,29 +115,34 @@ def comparisons(runs: Sequence[str]) -> list[tuple[str, str]]:
     return pairs
 
 
+def compared(
+    metric: str, run: str, baseline: str, x: Sequence[float], y: Sequence[float]
+) -> dict[str, Any]:
+    """One comparison row: the seed counts, :func:`difference`, its interval's ends and
+    ``clear`` (None without a band)."""
+    d = difference(x, y)
+    h = d["diff_ci95"]
+    return {
+        "metric": metric,
+        "run": run,
+        "baseline": baseline,
+        "n_run": len(x),
+        "n_baseline": len(y),
+        **d,
+        "diff_low": None if h is None else d["diff"] - h,
+        "diff_high": None if h is None else d["diff"] + h,
+        "clear": None if h is None else abs(d["diff"]) > h,
+    }
+
+
 def ablation_rows(values: dict[str, dict[str, list[float]]]) -> list[dict[str, Any]]:
     """The rows of ``ablations.tsv`` (columns :data:`COLUMNS`) for the runs of ``values``."""
     rows = []
     for metric in SEED_METRICS:
         for run, baseline in comparisons(list(values)):
             x, y = values[run][metric], values[baseline][metric]
-            if not x or not y:
-                continue
-            d = difference(x, y)
-            h = d["diff_ci95"]
-            rows.append(
-                {
-                    "metric": metric,
-                    "run": run,
-                    "baseline": baseline,
-                    "n_run": len(x),
-                    "n_baseline": len(y),
-                    **d,
-                    "diff_low": None if h is None else d["diff"] - h,
-                    "diff_high": None if h is None else d["diff"] + h,
-                    "clear": None if h is None else abs(d["diff"]) > h,
-                }
-            )
+            if x and y:
+                rows.append(compared(metric, run, baseline, x, y))
     return rows
 
 

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from reasoning_core.runtime.report.ablations import difference, read_seed_values
+from reasoning_core.runtime.report.ablations import compared, read_seed_values
 from reasoning_core.runtime.report.seeds import SEED_METRICS
 from reasoning_core.runtime.report.table import write_summary
 
@@ -68,23 +68,10 @@ def base_rows(
                 if baseline not in values:
                     continue
                 x, y = values[run][metric], values[baseline][metric]
-                if not x or not y:
-                    continue
-                d = difference(x, y)
-                h = d["diff_ci95"]
-                rows.append(
-                    {
-                        "metric": metric,
-                        "run": run,
-                        "baseline": baseline,
-                        "base": name,
-                        "n_run": len(x),
-                        "n_baseline": len(y),
-                        **d,
-                        "clear": None if h is None else abs(d["diff"]) > h,
-                        "holds": None,
-                    }
-                )
+                if x and y:
+                    rows.append(
+                        {**compared(metric, run, baseline, x, y), "base": name, "holds": None}
+                    )
     return rows
 
 
