@@ -81,6 +81,29 @@ def test_a_run_missing_on_one_base_gets_no_verdict(tmp_path):
     assert [r["base"] for r in rows if r["run"] == "x/default"] == ["a", "a", "a", "a"]
 
 
+def test_a_comparison_made_on_some_bases_holds_on_those_and_says_how_many(tmp_path):
+    """A robustness base runs each method's default only; its ablations stay judged on the
+    bases that ran them, and the row says on how many."""
+    full = {
+        "zero_shot": [0.2, 0.21, 0.22],
+        "grpo/default": [0.8, 0.81, 0.82],
+        "grpo/lr~3e-4": [0.9, 0.91, 0.92],
+    }
+    a = write_summary(tmp_path / "a.tsv", full)
+    b = write_summary(tmp_path / "b.tsv", full)
+    c = write_summary(tmp_path / "c.tsv", {k: v for k, v in full.items() if "lr" not in k})
+    rows = robustness_rows([("a", a), ("b", b), ("c", c)])
+    verdicts = {
+        (r["run"], r["baseline"]): r
+        for r in rows
+        if r["base"] == "all" and r["metric"] == "eval_accuracy"
+    }
+    assert verdicts[("grpo/default", "zero_shot")]["n_bases"] == 3
+    ablation = verdicts[("grpo/lr~3e-4", "grpo/default")]
+    assert ablation["n_bases"] == 2 and ablation["holds"] is True
+    assert ablation["n_run"] == 6
+
+
 def test_command_writes_the_table_and_names_bad_arguments(tmp_path, capsys):
     runs = {"zero_shot": [0.2, 0.21, 0.22], "grpo/default": [0.8, 0.81, 0.82]}
     a = write_summary(tmp_path / "a.tsv", runs)
@@ -90,7 +113,7 @@ def test_command_writes_the_table_and_names_bad_arguments(tmp_path, capsys):
     table = list(csv.DictReader(out.open(), delimiter="\t"))
     assert {r["base"] for r in table} == {"a", "b", "all"}
     # accuracy: clear on both; format reward: equal everywhere
-    assert "1 of 2 comparisons hold on every base" in capsys.readouterr().err
+    assert "1 of 2 comparisons made on 2 bases hold on all 2" in capsys.readouterr().err
     assert main_robustness(["--base", f"a={a}", "--out", str(out)]) == 2
     assert "at least two" in capsys.readouterr().err
     assert main_robustness(["--base", f"a={a}", "--base", f"a={b}", "--out", str(out)]) == 2
