@@ -75,3 +75,17 @@ def test_the_base_rule_writes_the_suite_table(tmp_path):
         compared = list(csv.DictReader(f, delimiter="\t"))
     assert {r["model"] for r in compared} == {"Qwen2.5-Math-1.5B"}
     assert json.loads((folder / "done.json").read_text())["rows"] == 15
+
+
+def test_gpu_figures_draw_the_truncated_share_and_cpu_figures_do_not(tmp_path):
+    gpu = snakemake(
+        "-n", "-p", "--configfile", str(ROOT / "workflow/config/gpu_math.yaml"), cwd=tmp_path
+    )
+    cpu = snakemake("-n", "-p", cwd=tmp_path)
+    assert gpu.returncode == 0 and cpu.returncode == 0
+    training = [
+        line for line in gpu.stdout.splitlines() if "rrl plot" in line and "training" in line
+    ]
+    assert training and all("eval/truncated" in line for line in training)
+    assert any("train/rollout/truncated" in line for line in training)
+    assert "truncated" not in cpu.stdout

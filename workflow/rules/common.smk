@@ -355,6 +355,13 @@ TRAINING_PANELS = {
         *EVAL_PANELS,
     ],
 }
+# The GPU studies also draw the share of responses cut off at the token limit (eval lines'
+# `truncated`, rollout lines' `rollout/truncated`), where long reasoning meets the 1,024-token
+# budget; the CPU studies' figures stay as they are.
+if GPUS:
+    TRAINING_PANELS["sft"].append("eval/truncated")
+    TRAINING_PANELS["ei"] += ["train/rollout/truncated", "eval/truncated"]
+    TRAINING_PANELS["grpo"] += ["train/rollout/truncated", "eval/truncated"]
 
 
 # ---- functions used by rules (input functions and params) ----------------------------------
