@@ -45,6 +45,7 @@ include: "workflow/rules/ei.smk"
 include: "workflow/rules/grpo.smk"
 include: "workflow/rules/seeds.smk"
 include: "workflow/rules/plots.smk"
+include: "workflow/rules/eval_suite.smk"
 
 
 rule all:
@@ -53,3 +54,4 @@ rule all:
         summary=f"{R}/summary.tsv",
         ablations=f"{R}/ablations.tsv",
         plots=ALL_PLOTS,
+        eval_suite=EVAL_SUITE_TARGETS,

@@ -1,8 +1,10 @@
-"""Tasks for reasoning-rl: MATH, GSM8K, Countdown and a synthetic arithmetic task.
+"""Tasks for reasoning-rl: MATH, GSM8K, Countdown, a synthetic arithmetic task and the
+five-benchmark evaluation suite (AIME24, AMC23, MATH500, Minerva Math, OlympiadBench).
 
 Public API (see ARCHITECTURE.md, section envs):
 
-* `get_task(name) -> Task` for `math`, `gsm8k`, `countdown`, `arithmetic`;
+* `get_task(name) -> Task` for `math`, `gsm8k`, `countdown`, `arithmetic` and the suite's
+  `aime24`, `amc23`, `math500`, `minerva_math`, `olympiadbench` (`envs.suite`);
 * reward functions `r1_zero_reward_fn`, `question_only_reward_fn`, `countdown_reward_fn`,
   each `fn(response, ground_truth) -> {"reward", "format_reward", "answer_reward"}`;
 * `grade_batch(reward_fn, responses, ground_truths, *, timeout=..., num_workers=...)`, returning
@@ -24,6 +26,12 @@ _TASKS = {
     "gsm8k": "envs.tasks:GSM8K",
     "countdown": "envs.tasks:COUNTDOWN",
     "arithmetic": "envs.arithmetic:TASK",
+    # the five-benchmark evaluation suite (envs/suite.py; split `test` only)
+    "aime24": "envs.suite:AIME24",
+    "amc23": "envs.suite:AMC23",
+    "math500": "envs.suite:MATH500",
+    "minerva_math": "envs.suite:MINERVA_MATH",
+    "olympiadbench": "envs.suite:OLYMPIADBENCH",
 }
 
 _LAZY = {

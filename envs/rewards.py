@@ -13,8 +13,10 @@
   answer must be an arithmetic expression (+ - * /, parentheses) using each given number exactly
   once and equal to the target (see `envs.countdown`).
 
-Answer equivalence (`answers_match`): a cheap normalized string comparison first, then
-math-verify (`parse` both sides wrapped in `\\boxed{}`, then `verify(gold, pred)`, gold first).
+Answer equivalence (`answers_match`): a cheap normalized string comparison first (numeric
+literals, with scientific notation and units, compared by relative tolerance: `envs.numbers`),
+then math-verify (`parse` both sides wrapped in `\\boxed{}`, then `verify(gold, pred)`, gold
+first; two plain numbers by relative tolerance, never by math-verify's 6-decimal rounding).
 
 Time limits: math-verify's own timeout uses `signal.alarm`, which only works in the main thread.
 Called on the main thread these functions use it (`MATH_VERIFY_TIMEOUT` seconds per parse and
@@ -36,6 +38,7 @@ from collections.abc import Callable
 from functools import lru_cache
 
 from envs.countdown import check_countdown_answer
+from envs.numbers import numbers_equal, parse_number, sympy_numbers_equal
 
 #: seconds math-verify may spend per parse / comparison when called on the main thread;
 #: None disables its (signal.alarm) timeout. Worker processes of `grade_batch` set None and
@@ -184,7 +187,9 @@ def normalize_answer(s: str) -> str:
 def cheap_match(pred: str, gold: str) -> bool | None:
     """Decide equivalence without math-verify where that is safe; None when undecided.
 
-    True when the normalized strings agree; False when both are integers that differ.
+    True when the normalized strings agree; False when both are integers that differ; when
+    both are numeric literals (decimals, scientific notation, a unit after them: see
+    `envs.numbers`), their values compared by relative tolerance.
     """
     p, g = normalize_answer(pred), normalize_answer(gold)
     if not p:
@@ -193,6 +198,9 @@ def cheap_match(pred: str, gold: str) -> bool | None:
         return True
     if _INT_RE.match(p) and _INT_RE.match(g):
         return False
+    p_value, g_value = parse_number(pred), parse_number(gold)
+    if p_value is not None and g_value is not None:
+        return numbers_equal(p_value, g_value)
     return None
 
 
@@ -220,7 +228,10 @@ def math_verify_match(pred: str, gold: str) -> bool:
     """math-verify equivalence: parse both inside `\\boxed{}`, then `verify(gold, pred)`.
 
     The gold's final full stop is dropped first. The answer is parsed as written: there a
-    final period makes math-verify fall back to the last number (`The answer is 5.` -> 5)."""
+    final period makes math-verify fall back to the last number (`The answer is 5.` -> 5).
+    When both sides parse to plain numbers (no free symbols), they are compared by relative
+    tolerance (`envs.numbers.sympy_numbers_equal`) instead of math-verify's 6-decimal rounding,
+    which would make every small quantity equal to every other."""
     from math_verify import parse, verify
 
     gold = _drop_final_period(gold)
@@ -231,6 +242,9 @@ def math_verify_match(pred: str, gold: str) -> bool:
     pred_parsed = parse("\\boxed{" + pred + "}", parsing_timeout=timeout)
     if not pred_parsed:
         return False
+    as_numbers = sympy_numbers_equal(gold_parsed[0], pred_parsed[0])
+    if as_numbers is not None:
+        return as_numbers
     return bool(verify(gold_parsed, pred_parsed, timeout_seconds=timeout))
 
 

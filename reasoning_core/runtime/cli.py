@@ -17,6 +17,10 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "tiny-world": ("reasoning_core.runtime.tinyworld", "build the tiny CPU base model"),
     "eval": ("reasoning_core.runtime.evaluate", "zero-shot evaluation of a model on a task"),
+    "eval-suite": (
+        "reasoning_core.runtime.eval_suite",
+        "the five-benchmark suite under several templates, beside published numbers",
+    ),
     "sft": ("reasoning_core.runtime.sft", "supervised fine-tuning on reasoning traces"),
     "ei": ("reasoning_core.runtime.ei", "expert iteration"),
     "grpo": ("reasoning_core.runtime.grpo", "GRPO and its policy-gradient relatives"),

@@ -141,6 +141,7 @@ def train(cfg: EIConfig, out: str) -> dict:
             **ro.grade_metrics,
             "kept": len(kept),
             "rollout/response_length": ro.mean_length,
+            "rollout/truncated": ro.truncated,
         }
         if cfg.log_rollout_entropy:
             entropy = sampled_entropy(

@@ -46,8 +46,8 @@ class EvalResult(NamedTuple):
     entropy of the responses under the policy, token-weighted: every response token of every
     response counts once; None when no model was given), ``response_length``
     (mean tokens), ``response_length_correct`` / ``response_length_incorrect`` (mean tokens of
-    the responses with answer reward 1 / the others; None when none), ``finish_length_fraction``
-    (share cut at ``max_tokens``), one count per category (``correct``, ``wrong_answer``,
+    the responses with answer reward 1 / the others; None when none), ``truncated`` (= ``finish_length_fraction``: the share the engine stopped at ``max_tokens``
+    without the stop string or EOS), one count per category (``correct``, ``wrong_answer``,
     ``bad_format``), ``grade/timeouts`` and ``grade/errors`` (responses that scored 0 because
     grading timed out or raised; a warning goes to stderr when either is non-zero);
     wall-clock under ``time/generate``, ``time/grade`` and ``time/entropy`` (near 0 when the

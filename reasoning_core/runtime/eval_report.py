@@ -71,10 +71,9 @@ def summarize(records: list[dict[str, Any]], num_examples: int | None = None) ->
         "num_examples": n if num_examples is None else num_examples,
         "num_responses": n,
         "response_length": mean("response_length"),
-        "finish_length_fraction": (
-            sum(r["finish_reason"] == "length" for r in records) / n if n else 0.0
-        ),
+        "finish_length_fraction": truncated_share([r["finish_reason"] for r in records]),
     }
+    summary["truncated"] = summary["finish_length_fraction"]
     right = [r["response_length"] for r in records if is_one(r["answer_reward"])]
     wrong = [r["response_length"] for r in records if not is_one(r["answer_reward"])]
     summary["response_length_correct"] = sum(right) / len(right) if right else None
@@ -84,8 +83,16 @@ def summarize(records: list[dict[str, Any]], num_examples: int | None = None) ->
     return summary
 
 
+def truncated_share(finish_reasons: list[str]) -> float:
+    """The share of responses the engine stopped at ``max_tokens`` without their stop string
+    or EOS (finish reason ``"length"``); 0.0 for none."""
+    n = len(finish_reasons)
+    return sum(reason == "length" for reason in finish_reasons) / n if n else 0.0
+
+
 EVAL_LINE_KEYS = (
     "entropy",
+    "truncated",
     "response_length",
     "response_length_correct",
     "response_length_incorrect",
@@ -96,8 +103,9 @@ EVAL_LINE_KEYS = (
 
 def eval_line_stats(summary: dict[str, Any]) -> dict[str, Any]:
     """The ``summary`` values every ``eval`` metrics line carries besides the rewards: the mean
-    token entropy of the responses (``entropy``, token-weighted; None when not computed),
-    response lengths (overall, correct, incorrect) and the grading's ``grade/timeouts`` /
+    token entropy of the responses (``entropy``, token-weighted; None when not computed), the
+    share cut off at the token limit (``truncated``), response lengths (overall, correct,
+    incorrect) and the grading's ``grade/timeouts`` /
     ``grade/errors``: what the handout's ``log_generations`` reports, for every evaluation."""
     return {key: summary[key] for key in EVAL_LINE_KEYS}
 

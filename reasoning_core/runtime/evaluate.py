@@ -57,8 +57,9 @@ class EvalConfig:
     model_path: str
     """Hugging Face model folder to evaluate (config.json, safetensors weights, tokenizer)."""
     task: str = "math"
-    """Task whose data, prompt templates and reward are used: math, gsm8k, countdown or
-    arithmetic."""
+    """Task whose data, prompt templates and reward are used: math, gsm8k, countdown,
+    arithmetic, or one benchmark of the evaluation suite (aime24, amc23, math500, minerva_math,
+    olympiadbench: split test; rrl eval-suite runs them all)."""
     split: str = "test"
     """Split of the task to evaluate on (math: test or math500)."""
     template: str = "r1_zero"

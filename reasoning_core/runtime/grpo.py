@@ -259,6 +259,7 @@ def train(cfg: GRPOConfig, out: str) -> dict:
             **reward_means(ro.scores),
             **ro.grade_metrics,  # this rollout batch's, repeated on each of its lines
             "response_length": ro.mean_length,
+            "rollout/truncated": ro.truncated,
             "frac_constant_groups": float(adv_meta["frac_constant_groups"]),
         }
         # Rollout-side timings go on the first optimizer step of this rollout batch.

@@ -15,6 +15,7 @@ from typing import Any
 import envs
 from envs.grader import METRIC_KEYS as GRADE_KEYS  # ("grade/timeouts", "grade/errors")
 from reasoning_core.runtime.config import ConfigError
+from reasoning_core.runtime.eval_report import truncated_share
 from reasoning_core.runtime.rng import Stream, step_rng, step_seed
 from reasoning_core.runtime.rollout import Completion, RolloutEngine, SamplingParams
 
@@ -126,6 +127,11 @@ class RolloutBatch:
     def mean_length(self) -> float:
         """Mean response length in tokens."""
         return sum(self.lengths) / len(self.lengths)
+
+    @property
+    def truncated(self) -> float:
+        """Share of the responses stopped at ``max_tokens`` without their stop string or EOS."""
+        return truncated_share([c.finish_reason for c in self.completions])
 
     def correct(self) -> list[int]:
         """Indices of the responses with reward 1 (right format and answer)."""

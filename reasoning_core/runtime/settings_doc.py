@@ -38,6 +38,7 @@ from typing import Any
 COMMAND_CONFIGS: dict[str, str] = {
     "tiny-world": "reasoning_core.runtime.tinyworld.world:TinyWorldConfig",
     "eval": "reasoning_core.runtime.evaluate:EvalConfig",
+    "eval-suite": "reasoning_core.runtime.eval_suite:EvalSuiteConfig",
     "sft": "reasoning_core.runtime.sft:SFTConfig",
     "ei": "reasoning_core.runtime.ei:EIConfig",
     "grpo": "reasoning_core.runtime.grpo:GRPOConfig",

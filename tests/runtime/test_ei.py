@@ -109,3 +109,22 @@ def test_ei_rollout_entropy_comes_from_the_engine_or_else_a_forward(world, tmp_p
     line = train_lines(run_trainer(ei, cfg, world, tmp_path / "forward"))[0]
     assert len(forwards) == 1  # the rollouts scored by the policy's forward
     assert line["rollout/entropy"] == forwards[0] > 0
+
+
+def test_ei_rollout_lines_carry_the_truncated_share(world, tmp_path, monkeypatch):
+    """The iteration line's `rollout/truncated` is its rollouts' share of finish reason
+    `length` (4 tokens: the micro world's answers are cut off, a stop-string end is not)."""
+    batches = []
+    real = ei.sample_and_grade
+
+    def recording(*args, **kwargs):
+        batches.append(real(*args, **kwargs))
+        return batches[-1]
+
+    monkeypatch.setattr(ei, "sample_and_grade", recording)
+    cfg = {**EI, **QUIET, "n_ei_steps": 1, "ei_batch_size": 4, "sampling_max_tokens": 4}
+    line = next(
+        r for r in train_lines(run_trainer(ei, cfg, world, tmp_path / "run")) if "kept" in r
+    )
+    reasons = [c.finish_reason for c in batches[0].completions]
+    assert reasons and line["rollout/truncated"] == reasons.count("length") / len(reasons)

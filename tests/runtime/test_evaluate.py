@@ -358,6 +358,9 @@ def test_rrl_eval_with_several_samples_per_example(
     assert (metrics["correct"], metrics["wrong_answer"], metrics["bad_format"]) == (6, 6, 0)
     assert metrics["response_length"] == pytest.approx(4.0)
     assert metrics["finish_length_fraction"] == pytest.approx(3 / 12)
+    assert metrics["truncated"] == pytest.approx(3 / 12)  # on the eval line too:
+    line = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    assert line["split"] == "eval" and line["truncated"] == pytest.approx(3 / 12)
     done = json.loads((out / "done.json").read_text())
     assert (done["eval_examples"], done["eval_accuracy"]) == (6, pytest.approx(0.5))
 

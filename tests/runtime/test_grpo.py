@@ -279,3 +279,26 @@ def test_grouped_order_sorts_groups_by_total_response_length():
     rows = torch.tensor([5, 0, 3, 1, 4, 2])  # group size 2: questions 2, 0, 1, 0, 2, 1
     lengths = torch.tensor([4, 1, 3, 2, 3, 3])  # by row; totals: q0 5, q1 5, q2 6
     assert grpo.grouped_order(rows, lengths, 2).tolist() == [0, 1, 3, 2, 5, 4]
+
+
+def test_rollout_lines_carry_the_truncated_share(world, tmp_path, monkeypatch):
+    """`rollout/truncated` on every train line is the share of that rollout batch's responses
+    that stopped at `sampling_max_tokens` (4 tokens: most of the micro world's answers are
+    cut off, the scripted ones are not)."""
+    scripted_rollouts.install(monkeypatch)
+    batches = []
+    real = grpo.sample_and_grade
+
+    def recording(*args, **kwargs):
+        batches.append(real(*args, **kwargs))
+        return batches[-1]
+
+    monkeypatch.setattr(grpo, "sample_and_grade", recording)
+    cfg = {**GRPO, **QUIET, "n_grpo_steps": 2, "sampling_max_tokens": 4}
+    train = train_lines(run_trainer(grpo, cfg, world, tmp_path / "run"))
+    per_batch = len(train) // len(batches)
+    for i, line in enumerate(train):
+        batch = batches[i // per_batch]
+        reasons = [c.finish_reason for c in batch.completions]
+        assert line["rollout/truncated"] == reasons.count("length") / len(reasons)
+    assert 0 < train[0]["rollout/truncated"] < 1

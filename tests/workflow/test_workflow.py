@@ -24,7 +24,7 @@ from snakemake_runs import BIN, SECTIONS, known_settings, planned_jobs, resource
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 HEAVY_RULES = {"tiny_world", "zero_shot", "sft", "ei", "grpo", "leaderboard"}
-GPU_RULES = HEAVY_RULES - {"tiny_world"}
+GPU_RULES = (HEAVY_RULES - {"tiny_world"}) | {"eval_suite_base", "eval_suite_run"}
 
 
 @pytest.mark.parametrize("config", ["gpu_math", "gpu_gsm8k", "gpu_countdown"])
