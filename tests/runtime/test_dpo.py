@@ -171,3 +171,23 @@ def test_too_few_pairs_for_validation_is_named(world, tmp_path):
     cfg = {**DPO, "pairs": "jsonl", "train_pairs": str(path), "n_dpo_rounds": 1}
     argv = [*sets({**cfg, "model_path": str(world)}), "--out", str(tmp_path / "run")]
     assert dpo.main(argv) == 2
+
+
+@pytest.mark.parametrize("name", ["tiny", "gpu_math", "gpu_hh_dpo"])
+def test_the_shipped_dpo_sections_are_valid_settings(name):
+    """The dpo sections of the methods files name only DPO settings with the right types; the
+    HH recipe is the supplement's (RMSprop, lr 1e-6, beta 0.1, batch 64 one pair at a time)."""
+    from reasoning_core.runtime.config import build_config, load_yaml
+
+    path = ROOT / "workflow" / "config" / "methods" / f"{name}.yaml"
+    section = load_yaml(path, "dpo")
+    # Validated on this machine: the shipped base, the CPU (the GPU sections name cuda).
+    here = {"model_path": str(ROOT / "workflow/resources/tiny_world"), "device": "cpu"}
+    here.update(reference_device="", hh_dir="HH" if section.get("pairs") == "hh" else "")
+    build_config(dpo.DPOConfig, {**section, **here}, str(path))
+    cfg = dpo.DPOConfig(**section)
+    if name == "gpu_hh_dpo":
+        assert (cfg.pairs, cfg.pair_template, cfg.append_eos) == ("hh", "alpaca", True)
+        assert (cfg.optimizer, cfg.lr, cfg.beta) == ("rmsprop", 1e-6, 0.1)
+        assert (cfg.batch_size, cfg.micro_batch_size, cfg.val_pairs) == (64, 1, 200)
+        assert cfg.reference_device != cfg.device
