@@ -43,6 +43,7 @@ include: "workflow/rules/eval.smk"
 include: "workflow/rules/sft.smk"
 include: "workflow/rules/ei.smk"
 include: "workflow/rules/grpo.smk"
+include: "workflow/rules/dpo.smk"
 include: "workflow/rules/seeds.smk"
 include: "workflow/rules/plots.smk"
 
