@@ -27,6 +27,7 @@ from .losses import (
     sft_microbatch_train_step,
 )
 from .masked import masked_mean, masked_normalize
+from .preference import dpo_loss, sequence_log_probs
 from .tokenization import tokenize_prompt_and_output
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "compute_grpo_no_clip_loss",
     "compute_naive_policy_gradient_loss",
     "compute_policy_gradient_loss",
+    "dpo_loss",
     "get_response_log_probs",
     "group_normalize",
     "grpo_loss",
@@ -46,6 +48,7 @@ __all__ = [
     "log_probs_from_logits",
     "masked_mean",
     "masked_normalize",
+    "sequence_log_probs",
     "sft_loss",
     "sft_microbatch_train_step",
     "tokenize_prompt_and_output",

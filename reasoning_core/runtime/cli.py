@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "sft": ("reasoning_core.runtime.sft", "supervised fine-tuning on reasoning traces"),
     "ei": ("reasoning_core.runtime.ei", "expert iteration"),
     "grpo": ("reasoning_core.runtime.grpo", "GRPO and its policy-gradient relatives"),
+    "dpo": ("reasoning_core.runtime.dpo", "direct preference optimization on pairs"),
     "plot": ("reasoning_core.runtime.report", "plot curves from metrics.jsonl files"),
     "summary": ("reasoning_core.runtime.report", "aggregate runs into results/summary.tsv"),
     "seeds": ("reasoning_core.runtime.report", "one run across seeds: mean, std, 95% interval"),

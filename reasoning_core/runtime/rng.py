@@ -26,6 +26,8 @@ class Stream(IntEnum):
     ROLLOUT_SEED = 2  # EI, GRPO: the rollout engine's sampling seed, keyed by the step
     GRPO_ORDER = 3  # GRPO: rollouts into train batches, keyed by (GRPO step, epoch)
     EI_ORDER = 4  # EI: kept rollouts into SFT batches, keyed by (EI step, SFT epoch)
+    DPO_ORDER = 5  # DPO: a round's pairs into batches, keyed by (round, epoch)
+    DPO_VAL = 6  # DPO: the pairs held out for validation
     SFT_SUBSET = 10  # SFT: the examples that `max_examples` keeps
     SFT_ORDER = 11  # SFT: the example order of one epoch, keyed by the epoch
 

@@ -292,14 +292,20 @@ def auto_reason(model) -> str:
 
 
 def setup_training(
-    cfg: CommonConfig, out: str | Path, method: str, task: envs.Task, total_steps: int
+    cfg: CommonConfig,
+    out: str | Path,
+    method: str,
+    task: envs.Task,
+    total_steps: int,
+    optimizer_fn: Any = make_optimizer,
 ) -> Training:
-    """Open the run folder, load the policy, build AdamW and its ``total_steps`` schedule,
-    resume from ``out/state`` if there is one, start the rollout engine and the evaluator, and
-    evaluate at step 0 on a fresh start (``eval_at_start``)."""
+    """Open the run folder, load the policy, build its optimizer (``optimizer_fn(model, cfg)``,
+    AdamW unless the trainer says otherwise) and its ``total_steps`` schedule, resume from
+    ``out/state`` if there is one, start the rollout engine and the evaluator, and evaluate at
+    step 0 on a fresh start (``eval_at_start``)."""
     run = RunContext(cfg, out, method)
     model, tokenizer = load_policy(cfg)
-    optimizer = make_optimizer(model, cfg)
+    optimizer = optimizer_fn(model, cfg)
     scheduler = make_scheduler(optimizer, cfg, total_steps)
     counters = run.resume(model, optimizer, scheduler)
     run.engine = rollout_engine_kind(cfg, model)

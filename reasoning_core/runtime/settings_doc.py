@@ -42,6 +42,7 @@ COMMAND_CONFIGS: dict[str, str] = {
     "sft": "reasoning_core.runtime.sft:SFTConfig",
     "ei": "reasoning_core.runtime.ei:EIConfig",
     "grpo": "reasoning_core.runtime.grpo:GRPOConfig",
+    "dpo": "reasoning_core.runtime.dpo:DPOConfig",
 }
 
 

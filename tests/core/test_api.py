@@ -136,6 +136,8 @@ def test_annotations_hold_on_plain_and_vmapped_calls():
     no_clip = _checked(rc.compute_grpo_no_clip_loss)
     dispatch = _checked(rc.compute_policy_gradient_loss)
     sft = _checked(rc.sft_loss)
+    seq = _checked(rc.sequence_log_probs)
+    dpo = _checked(rc.dpo_loss)
 
     clip(adv, lp, old, 0.2)
     loss(lp, mask, "grpo_clip", advantages=adv, old_log_probs=old, cliprange=0.2)
@@ -147,6 +149,9 @@ def test_annotations_hold_on_plain_and_vmapped_calls():
     no_clip(adv, lp, old)
     dispatch(lp, "no_baseline", raw_rewards=adv)
     sft(lp, mask, 2.0)
+    chosen, rejected = seq(lp, mask), seq(old, mask)
+    dpo(chosen, rejected, rejected, chosen, 0.1, 1.0, mask.sum(-1))
+    vmap(lambda c, r: dpo(c, r, r, c, 0.1))(chosen, rejected)
     vmap(lambda p, m: sft(p, m, 2.0))(lp, mask)
     vmap(lambda p, r: dispatch(p, "no_baseline", raw_rewards=r))(lp, adv)
     vmap(lambda a, p, o: clip(a, p, o, 0.2))(adv, lp, old)

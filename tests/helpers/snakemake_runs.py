@@ -27,6 +27,7 @@ SECTIONS = {
     "sft": ("reasoning_core.runtime.sft", "SFTConfig"),
     "ei": ("reasoning_core.runtime.ei", "EIConfig"),
     "grpo": ("reasoning_core.runtime.grpo", "GRPOConfig"),
+    "dpo": ("reasoning_core.runtime.dpo", "DPOConfig"),
 }
 
 

@@ -15,6 +15,8 @@ def test_rng_streams_keep_the_numbers_every_saved_run_was_drawn_with():
         "ROLLOUT_SEED": 2,
         "GRPO_ORDER": 3,
         "EI_ORDER": 4,
+        "DPO_ORDER": 5,
+        "DPO_VAL": 6,
         "SFT_SUBSET": 10,
         "SFT_ORDER": 11,
     }

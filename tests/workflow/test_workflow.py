@@ -23,7 +23,7 @@ from project_root import ROOT
 from snakemake_runs import BIN, SECTIONS, known_settings, planned_jobs, resources, snakemake
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-HEAVY_RULES = {"tiny_world", "zero_shot", "sft", "ei", "grpo", "leaderboard"}
+HEAVY_RULES = {"tiny_world", "zero_shot", "sft", "ei", "grpo", "leaderboard", "dpo"}
 GPU_RULES = (HEAVY_RULES - {"tiny_world"}) | {"eval_suite_base", "eval_suite_run"}
 
 
@@ -255,7 +255,7 @@ def test_snakefiles_are_snakefmt_formatted():
     assert result.returncode == 0, result.stderr + result.stdout
 
 
-FAMILY_METHOD = {"sft": "sft", "ei": "ei"}  # every other table is a GRPO family
+FAMILY_METHOD = {"sft": "sft", "ei": "ei", "dpo": "dpo"}  # every other table: a GRPO family
 
 
 @pytest.mark.parametrize("config", ["config", "smoke", "gpu_math", "gpu_gsm8k", "gpu_countdown"])
@@ -436,3 +436,31 @@ def test_smoke_workflow_runs_end_to_end(tmp_path):
     spread = json.loads((results / "sft/default/seeds.json").read_text())
     assert spread["seeds"] == [0, 1]
     assert spread["eval_accuracy"]["std"] is not None and spread["eval_accuracy"]["ci95"] >= 0
+
+
+@pytest.mark.parametrize(
+    ("config", "sft_run"), [("config", "default"), ("gpu_math", "filter_correct~true")]
+)
+def test_dpo_family_plans_each_seed_from_the_same_sft_seed(config, sft_run, tmp_path):
+    """The dpo family (opt-in in the tiny study, on in gpu_math): its default run and each
+    table row once per seed, seed N from the checkpoint of seed N of the leaderboard's SFT run;
+    rows equal to the defaults reuse the default run."""
+    args = ["-n", "-p", "--configfile", str(ROOT / f"workflow/config/{config}.yaml")]
+    if config == "config":
+        args += ["--config", "families=[sft,dpo]"]
+    result = snakemake(*args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr + result.stdout
+    jobs = [j for j in planned_jobs(result.stdout) if j["rule"] == "dpo"]
+    seeds = yaml.safe_load((ROOT / f"workflow/config/{config}.yaml").read_text())["seeds"]
+    sweeps = "workflow/config/sweeps/" + ("tiny" if config == "config" else "gpu")
+    rows = (ROOT / sweeps / "dpo.tsv").read_text().splitlines()[1:]
+    assert len(jobs) == len(rows) * len(seeds)  # the first row is the defaults: one run
+    out = result.stdout.splitlines()
+    commands = [line[line.index("rrl dpo ") :] for line in out if "rrl dpo " in line]
+    for seed in seeds:
+        start = f"--set model_path=results{'/gpu_math' if config != 'config' else ''}"
+        start += f"/sft/{sft_run}/seed~{seed}/checkpoint "
+        mine = [c for c in commands if f"--set seed={seed} " in c]
+        assert mine and all(start in c for c in mine), mine
+    if config == "gpu_math":
+        assert all(resources(j).get("gpu") == "1" for j in jobs)

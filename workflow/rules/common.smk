@@ -35,7 +35,7 @@ GPUS = config["gpus_per_run"]
 SEEDS = config["seeds"]
 THREADS = config["threads_per_job"]  # `threads:` of every training and evaluation rule
 BUILD_BASE = config["model_path"] is None
-COMMANDS = ("tiny-world", "eval", "sft", "ei", "grpo")
+COMMANDS = ("tiny-world", "eval", "sft", "ei", "grpo", "dpo")
 # A variant's parts are key~value folders; none is a seed folder (seed~N), which follows it.
 VARIANT_PART = r"(?!seed~)[A-Za-z0-9_]+~[^/]+"
 VARIANT_REGEX = rf"default|{VARIANT_PART}(/{VARIANT_PART})*"
@@ -61,7 +61,9 @@ def _method_settings():
         base = dict(section) if isinstance(section, dict) else {}
         base.update(config["settings"].get(command, {}))
         out[command] = base
-    seeded = [c for c in ("eval", "sft", "ei", "grpo") if "seed" in config["settings"].get(c, {})]
+    seeded = [
+        c for c in ("eval", "sft", "ei", "grpo", "dpo") if "seed" in config["settings"].get(c, {})
+    ]
     if "seed" in config["leaderboard"].get("settings", {}):
         seeded.append("leaderboard")
     if seeded:
@@ -225,6 +227,7 @@ FAMILY_INFO = {
     "grpo_offpolicy": ("grpo", "off-policy GRPO: epochs per rollout batch x train batch size"),
     "grpo_clip": ("grpo", "GRPO-Clip against GRPO-No-Clip (off-policy)"),
     "grpo_prompt": ("grpo", "r1_zero against question_only prompt and reward"),
+    "dpo": ("dpo", "DPO on verified pairs from the SFT checkpoint: beta, NLL weight, rounds"),
 }
 FAMILIES = [name for name in FAMILY_INFO if name in config["families"]]
 # Families whose accuracy is also drawn against wall-clock time.
@@ -257,7 +260,7 @@ METHOD_RUNS = _unique(
     ([f"{R}/zero_shot"] if "zero_shot" in config["families"] else [])
     + [
         f"{R}/{method}/default"
-        for method in ("sft", "ei", "grpo")
+        for method in ("sft", "ei", "grpo", "dpo")
         if any(FAMILY_INFO[f][0] == method for f in FAMILIES)
     ]
     + ([f"{R}/leaderboard"] if "leaderboard" in config["families"] else [])
@@ -285,6 +288,7 @@ ALL_RUNS = _unique(
     + METHOD_RUNS
     + [run for family in FAMILIES for run in FAMILY_RUNS[family]]
     + ([f"{R}/sft/{LEADERBOARD_SFT_RUN}"] if LEADERBOARD_STARTS_FROM_SFT else [])
+    + ([f"{R}/sft/{LEADERBOARD_SFT_RUN}"] if "dpo" in FAMILIES else [])
 )
 
 # Run folders built once (no seed folders); every other run is run once per seed.
@@ -344,6 +348,13 @@ TRAINING_PANELS = {
         "train/rollout/entropy",
         "train/rollout/response_length",
         "train/kept",
+        *EVAL_PANELS,
+    ],
+    "dpo": [
+        "train/loss",
+        "train/margin",
+        "train/val/preference_accuracy",
+        "train/pairs",
         *EVAL_PANELS,
     ],
     "grpo": [
@@ -427,6 +438,12 @@ def leaderboard_init(wildcards):
     if config["leaderboard"].get("init", "sft") == "sft":
         return [f"{R}/sft/{LEADERBOARD_SFT_RUN}/seed~{wildcards.seed}/done.json"]
     return []
+
+
+def dpo_init(wildcards):
+    """done.json of the SFT run a DPO run's seed starts from (the leaderboard recipe's start:
+    the same seed of SFT run `leaderboard.sft_run`)."""
+    return [f"{R}/sft/{LEADERBOARD_SFT_RUN}/seed~{wildcards.seed}/done.json"]
 
 
 def seed_done(wildcards):

@@ -12,7 +12,7 @@ rule seeds:
     log:
         f"{R}/logs/seeds/{{run}}.log",
     wildcard_constraints:
-        run=rf"(sft|ei|grpo)/({VARIANT_REGEX})|leaderboard|zero_shot",
+        run=rf"(sft|ei|grpo|dpo)/({VARIANT_REGEX})|leaderboard|zero_shot",
     localrule: True
     params:
         run=lambda wildcards: f"{R}/{wildcards.run}",

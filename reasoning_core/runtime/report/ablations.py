@@ -7,6 +7,7 @@ writes ``ablations.tsv``, one row per (metric, run, baseline) comparison:
   against ``grpo/default``);
 - the ``leaderboard`` against ``grpo/default`` (GRPO from the SFT checkpoint against GRPO from
   the base);
+- ``dpo/default`` (DPO on verified pairs) against ``ei/default`` and ``grpo/default``;
 - every trained run against ``zero_shot`` (its seeds; a ``zero_shot`` folder without seeds,
   one evaluation, is taken as a constant).
 
@@ -39,6 +40,8 @@ from reasoning_core.runtime.report.table import write_summary
 
 ZERO_SHOT = "zero_shot"
 LEADERBOARD = ("leaderboard", "grpo/default")
+# DPO on verified pairs (from the SFT checkpoint) against the other methods' default runs.
+DPO_AGAINST = (("dpo/default", "ei/default"), ("dpo/default", "grpo/default"))
 COLUMNS = (
     "metric",
     "run",
@@ -110,6 +113,7 @@ def comparisons(runs: Sequence[str]) -> list[tuple[str, str]]:
             pairs.append((run, default))
     if set(LEADERBOARD) <= present:
         pairs.append(LEADERBOARD)
+    pairs += [pair for pair in DPO_AGAINST if set(pair) <= present]
     if ZERO_SHOT in present:
         pairs += [(run, ZERO_SHOT) for run in runs if run not in (ZERO_SHOT, "base")]
     return pairs

@@ -28,7 +28,7 @@ SPREAD_COLUMNS = tuple(f"{m}_{stat}" for m in SEED_METRICS for stat in ("std", "
 MEAN_ROW = "mean"
 # Rows come in this order of experiments (then any other, by name); within one, the default
 # run first, then by folder name; a run's seeds in order, then its mean row.
-EXPERIMENT_ORDER = ("base", "zero_shot", "sft", "ei", "grpo", "leaderboard")
+EXPERIMENT_ORDER = ("base", "zero_shot", "sft", "ei", "grpo", "leaderboard", "dpo")
 
 
 def varied_settings(relative: str) -> dict[str, str]:

@@ -72,6 +72,17 @@ def test_comparisons_pair_each_ablation_with_its_default():
     assert {base for run, base in pairs if run.endswith("/default")} == {"zero_shot"}
 
 
+def test_dpo_is_compared_with_its_default_and_with_ei_and_grpo():
+    runs = ["zero_shot", "ei/default", "grpo/default", "dpo/default", "dpo/beta~0.5"]
+    pairs = comparisons(runs)
+    assert ("dpo/beta~0.5", "dpo/default") in pairs
+    assert ("dpo/default", "ei/default") in pairs and ("dpo/default", "grpo/default") in pairs
+    assert ("dpo/beta~0.5", "ei/default") not in pairs
+    # Without the other methods' runs, only the family's own and the zero-shot comparisons.
+    alone = comparisons(["zero_shot", "dpo/default", "dpo/beta~0.5"])
+    assert {base for _, base in alone} == {"dpo/default", "zero_shot"}
+
+
 def write_summary(path, rows):
     columns = ["experiment", "run", "seed", "eval_accuracy", "eval_format_reward"]
     lines = ["\t".join(columns)] + ["\t".join(str(v) for v in row) for row in rows]
