@@ -186,6 +186,8 @@ def test_unknown_task_split_and_template():
 PROMPT_SHA256 = {
     "r1_zero.prompt": "56213732da87e12ace60a2b88a16df0af18280fb0563a957cbecc938a6a2ac0e",
     "question_only.prompt": "bf085a6e12c9d0e23a9dd157df084f933b2ef021caba82def1494bfb84a723c9",
+    "alpaca_sft.prompt": "fbd4a4672e92a2ecb3a849a6417ce7be683dc02382edc11a9ce0d58a9ac9449e",
+    "zero_shot_system_prompt.prompt": "1b4854e31925e2823f701de2d7ac895297dbae563d03077a68713ef420075180",
 }
 
 
