@@ -27,9 +27,11 @@ from reasoning_core.runtime.batching import micro_batches, policy_log_probs, tok
 
 
 def alpaca_prompt(instruction: str) -> str:
-    """``instruction`` in the Alpaca template (``envs/prompts/alpaca.prompt``), up to and
-    including ``### Response:`` and its newline: the response follows directly."""
-    return render(load_prompt("alpaca"), {"prompt": instruction})
+    """``instruction`` in the supplement's Alpaca template (``envs/prompts/alpaca_sft.prompt``,
+    the one packed instruction tuning fills), up to and including ``### Response:`` and its
+    newline: the response follows directly."""
+    head, _, _ = load_prompt("alpaca_sft").partition("{response}")
+    return render(head, {"instruction": instruction})
 
 
 def with_eos(response: str, tokenizer: Any) -> str:
