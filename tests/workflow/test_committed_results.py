@@ -44,3 +44,23 @@ def test_step_0_of_every_run_from_the_base_is_zero_shot_of_the_same_seed():
         checked.append(run)
     # sft, ei and grpo runs from the base (all but the question_only prompt), three seeds each
     assert len(checked) >= 3 * 20, checked
+
+
+def test_committed_robustness_table_is_what_rrl_robustness_writes(tmp_path):
+    """results/robustness/robustness.tsv, which the docs' conclusions are read from, is the
+    report of the committed summaries with the command line in results/robustness/README.md."""
+    from reasoning_core.runtime.report.robustness import main_robustness
+
+    bases = {
+        "shipped": RESULTS / "summary.tsv",
+        "avx512_base": RESULTS / "robustness/avx512_base/summary.tsv",
+        "base~1": RESULTS / "robustness/base~1/summary.tsv",
+        "base~2": RESULTS / "robustness/base~2/summary.tsv",
+    }
+    readme = (RESULTS / "robustness/README.md").read_text()
+    for name, path in bases.items():
+        assert f"--base {name}=results/{path.relative_to(RESULTS)}" in readme
+    out = tmp_path / "robustness.tsv"
+    args = [a for name, path in bases.items() for a in ("--base", f"{name}={path}")]
+    assert main_robustness([*args, "--out", str(out)]) == 0
+    assert out.read_text() == (RESULTS / "robustness/robustness.tsv").read_text()
