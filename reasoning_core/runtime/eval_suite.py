@@ -21,7 +21,6 @@ problem and ``pass_at_k`` the mean over problems of :func:`pass_at_k` (Chen et a
 from __future__ import annotations
 
 import csv
-import json
 import math
 import sys
 import time
@@ -37,7 +36,7 @@ from reasoning_core.runtime.checkpoint import check_model_folder
 from reasoning_core.runtime.config import ConfigError, resolve_command, save_config
 from reasoning_core.runtime.eval_loop import evaluate_policy
 from reasoning_core.runtime.evaluate import EvalConfig, build_engine, close_engine, engine_kind
-from reasoning_core.runtime.metrics import write_generations, write_json_atomic
+from reasoning_core.runtime.metrics import finished_run, write_generations, write_json_atomic
 from reasoning_core.runtime.rollout import SamplingParams
 
 #: protocol -> (temperature, max new tokens)
@@ -273,9 +272,8 @@ def write_tsv(path: Path, columns: tuple[str, ...], rows: list[dict]) -> None:
 def run_suite(cfg: EvalSuiteConfig, out: str | Path, *, progress: bool = True) -> dict[str, Any]:
     """Run the suite described by ``cfg`` into folder ``out``; returns ``done.json``'s data."""
     out = Path(out)
-    if (out / "done.json").is_file():
-        print(f"[eval-suite] {out} is already complete (done.json)", file=sys.stderr)
-        return json.loads((out / "done.json").read_text())
+    if (done := finished_run(out, "eval-suite")) is not None:
+        return done
     t0 = time.perf_counter()
     data = {b: envs.get_task(b).load("test", limit=cfg.limit) for b in cfg.benchmarks}
     published = read_published() if cfg.compare == "published" else []

@@ -43,7 +43,12 @@ from reasoning_core.runtime.eval_report import (
     summarize,
     warn_grading,
 )
-from reasoning_core.runtime.metrics import MetricsWriter, write_generations, write_json_atomic
+from reasoning_core.runtime.metrics import (
+    MetricsWriter,
+    finished_run,
+    write_generations,
+    write_json_atomic,
+)
 from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams
 
 # ---------------------------------------------------------------------------------------------
@@ -224,9 +229,8 @@ def close_engine(engine: Any) -> None:
 def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict[str, Any]:
     """Run the evaluation described by ``cfg`` into folder ``out``; returns ``done.json``'s data."""
     out = Path(out)
-    if (out / "done.json").is_file():
-        print(f"[eval] {out} is already complete (done.json)", file=sys.stderr)
-        return json.loads((out / "done.json").read_text())
+    if (done := finished_run(out, "eval")) is not None:
+        return done
     t0 = time.perf_counter()
     task = envs.get_task(cfg.task)
     try:  # before anything is written, so a bad data file leaves no run folder behind

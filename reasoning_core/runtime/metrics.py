@@ -148,6 +148,16 @@ def write_generations(out_dir: str | Path, step: int, records: list[dict[str, An
     return path
 
 
+def finished_run(out: str | Path, command: str) -> dict[str, Any] | None:
+    """``done.json``'s data (after saying so on stderr) when ``out`` is a finished run of
+    ``command``, else None: every command returns at once on a folder it already completed."""
+    done = Path(out) / "done.json"
+    if not done.is_file():
+        return None
+    print(f"[{command}] {out} is already complete (done.json)", file=sys.stderr)
+    return json.loads(done.read_text())
+
+
 def write_json_atomic(path: str | Path, data: dict[str, Any]) -> Path:
     """Write ``data`` as pretty JSON through a temporary file and a rename."""
     path = Path(path)
