@@ -60,6 +60,7 @@ def sample_verified_pairs(
         "sampled_responses": len(batch.responses),
         "pairs": len(pairs),
         "rollout/response_length": batch.mean_length,
+        "rollout/truncated": batch.truncated,
         **batch.seconds,
     }
     return pairs, line

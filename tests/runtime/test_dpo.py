@@ -19,7 +19,7 @@ import torch
 from micro_world import COMMON, run_trainer, sets
 from project_root import ROOT
 
-from reasoning_core.runtime import dpo
+from reasoning_core.runtime import dpo, dpo_pairs
 from reasoning_core.runtime.config import ConfigError
 from reasoning_core.runtime.metrics import read_metrics, without_time
 
@@ -51,9 +51,20 @@ def _train(records):
 
 def test_verified_rounds_log_pairs_steps_and_validation(world, tmp_path, monkeypatch):
     scripted_rollouts.install(monkeypatch)
+    batches = []
+    real = dpo_pairs.sample_and_grade
+
+    def recording(*args, **kwargs):
+        batches.append(real(*args, **kwargs))
+        return batches[-1]
+
+    monkeypatch.setattr(dpo_pairs, "sample_and_grade", recording)
     records = run_trainer(dpo, DPO, world, tmp_path / "run")
     rounds = [r for r in _train(records) if "pairs" in r]
     assert [r["dpo_round"] for r in rounds] == [1, 2]
+    for line, batch in zip(rounds, batches, strict=True):  # the share cut off at max_tokens
+        reasons = [c.finish_reason for c in batch.completions]
+        assert line["rollout/truncated"] == reasons.count("length") / len(reasons)
     assert all(r["sampled_responses"] == 16 * 4 for r in rounds)
     assert rounds[-1]["sampled_total"] == 2 * 16 * 4
     assert rounds[0]["train_pairs"] == rounds[0]["pairs"] - 4  # the validation pairs held out
