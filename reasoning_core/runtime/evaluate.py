@@ -63,8 +63,9 @@ class EvalConfig:
     """Hugging Face model folder to evaluate (config.json, safetensors weights, tokenizer)."""
     task: str = "math"
     """Task whose data, prompt templates and reward are used: math, gsm8k, countdown,
-    arithmetic, or one benchmark of the evaluation suite (aime24, amc23, math500, minerva_math,
-    olympiadbench: split test; rrl eval-suite runs them all)."""
+    arithmetic, one benchmark of the evaluation suite (aime24, amc23, math500, minerva_math,
+    olympiadbench: split test; rrl eval-suite runs them all), or the supplement's mmlu and
+    gsm8k_supplement (templates zero_shot_system_prompt and alpaca_sft)."""
     split: str = "test"
     """Split of the task to evaluate on (math: test or math500)."""
     template: str = "r1_zero"
