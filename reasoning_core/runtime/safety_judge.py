@@ -152,17 +152,34 @@ def load_judge_tokenizer(cfg: SafetyJudgeConfig) -> Any:
     return AutoTokenizer.from_pretrained(cfg.judge_path)
 
 
-def judge_prompts(questions: Sequence[str], tokenizer: Any, chat_template: bool) -> list[str]:
+def judge_prompts(
+    questions: Sequence[str], tokenizer: Any, chat_template: bool, *, engine_adds_bos: bool
+) -> list[str]:
     """Each question as one user turn of ``tokenizer``'s chat template (with the assistant's
-    turn opened), or as it is when ``chat_template`` is false or the tokenizer has none."""
+    turn opened), or as it is when ``chat_template`` is false or the tokenizer has none.
+
+    The hf and static engines tokenize a prompt without special tokens, so the BOS that the
+    template writes stays; vLLM tokenizes text with them (``engine_adds_bos`` when the
+    tokenizer adds a BOS, as Llama 3's does), and the template's BOS is dropped there: the
+    judge sees one BOS on every engine."""
     if not chat_template or not getattr(tokenizer, "chat_template", None):
         return list(questions)
-    return [
-        tokenizer.apply_chat_template(
+    bos = getattr(tokenizer, "bos_token", None)
+    prompts = []
+    for q in questions:
+        text = tokenizer.apply_chat_template(
             [{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True
         )
-        for q in questions
-    ]
+        if engine_adds_bos and bos and text.startswith(bos):
+            text = text[len(bos) :]
+        prompts.append(text)
+    return prompts
+
+
+def tokenizer_adds_bos(tokenizer: Any) -> bool:
+    """True when ``tokenizer`` puts its BOS before a text it encodes with special tokens."""
+    bos_id = getattr(tokenizer, "bos_token_id", None)
+    return bos_id is not None and tokenizer("x").input_ids[:1] == [bos_id]
 
 
 def build_engine(cfg: SafetyJudgeConfig) -> RolloutEngine:
@@ -194,7 +211,10 @@ def run_safety_judge(cfg: SafetyJudgeConfig, out: str | Path) -> dict[str, Any]:
     records = read_safety_outputs(cfg.input_path)  # DataError names the file and line
     save_config(cfg, out)
     questions = [judge_question(r["prompts_final"], r["output"]) for r in records]
-    prompts = judge_prompts(questions, load_judge_tokenizer(cfg), cfg.chat_template)
+    tokenizer = load_judge_tokenizer(cfg)
+    vllm = resolve_engine(cfg.engine, judge_device(cfg)) == "vllm"
+    adds_bos = vllm and tokenizer_adds_bos(tokenizer)
+    prompts = judge_prompts(questions, tokenizer, cfg.chat_template, engine_adds_bos=adds_bos)
     engine = build_engine(cfg)
     params = SamplingParams(n=1, temperature=0.0, top_p=1.0, max_tokens=cfg.max_tokens, stop=[])
     t1 = time.perf_counter()

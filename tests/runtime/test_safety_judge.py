@@ -107,3 +107,32 @@ def test_bad_input_is_named_before_any_work(tmp_path, judge_dir, capsys):
     assert cli.main([*argv, "--set", f"input_path={tmp_path / 'bad.jsonl'}"]) == 2
     assert "bad.jsonl:1: missing field 'prompts_final'" in capsys.readouterr().err
     assert not (tmp_path / "r" / "done.json").exists()
+
+
+class ChatTokenizer:
+    """The parts of a chat tokenizer that judge_prompts uses (Llama 3 style: BOS in the
+    template, and added again when text is encoded with special tokens)."""
+
+    chat_template = "llama-3-like"
+    bos_token, bos_token_id = "<|begin_of_text|>", 1
+
+    def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+        assert not tokenize and add_generation_prompt
+        (message,) = messages
+        return f"<|begin_of_text|><user>{message['content']}<assistant>"
+
+    def __call__(self, text):
+        class Encoded:
+            input_ids = [1, 7]
+
+        return Encoded()
+
+
+def test_judge_prompts_use_the_chat_template_with_one_bos_on_every_engine():
+    tok = ChatTokenizer()
+    assert safety_judge.tokenizer_adds_bos(tok)
+    (kept,) = safety_judge.judge_prompts(["q"], tok, True, engine_adds_bos=False)
+    assert kept == "<|begin_of_text|><user>q<assistant>"  # hf/static: no special tokens added
+    (dropped,) = safety_judge.judge_prompts(["q"], tok, True, engine_adds_bos=True)
+    assert dropped == "<user>q<assistant>"  # vLLM adds the BOS itself
+    assert safety_judge.judge_prompts(["q"], tok, False, engine_adds_bos=True) == ["q"]
