@@ -77,21 +77,25 @@ mmlu_reward_fn.fast = mmlu_reward_fn
 gsm8k_number_reward_fn.fast = gsm8k_number_reward_fn
 
 
+def instruction_prompt(instruction: str, template: str = "zero_shot_system_prompt") -> str:
+    """`instruction` in one of the two supplement templates; `alpaca_sft` is cut at its
+    `{response}` (the response follows `### Response:` and its newline directly, as in
+    training)."""
+    if template not in SUPPLEMENT_TEMPLATES:
+        raise ValueError(f"unknown supplement template {template!r}; known: {SUPPLEMENT_TEMPLATES}")
+    text = load_prompt(template).partition("{response}")[0]
+    return render(text, {"instruction": instruction})
+
+
 class _SupplementTask(Task):
     """A task whose question is an instruction for the two supplement templates."""
 
     templates = SUPPLEMENT_TEMPLATES
 
-    def prompt_fields(self, example: Example) -> dict[str, Any]:
-        return {"question": example.question, "instruction": example.question}
-
     def format_prompt(self, example: Example, template: str = "zero_shot_system_prompt") -> str:
-        """The template with the question as its `{instruction}`; `alpaca_sft` is cut at its
-        `{response}` (the response follows `### Response:` and its newline directly, as in
-        training)."""
+        """`instruction_prompt` of the question."""
         self.check_template(template)
-        text = load_prompt(template).partition("{response}")[0]
-        return render(text, self.prompt_fields(example))
+        return instruction_prompt(example.question, template)
 
 
 class MMLUTask(_SupplementTask):
