@@ -115,6 +115,10 @@ class MMLUTask(_SupplementTask):
         self.check_template(template)
         return mmlu_reward_fn
 
+    def report(self, examples: Sequence[Example], responses: Sequence[str]) -> dict[str, Any]:
+        """`mmlu_report` (`rrl eval` writes it to summary.json as `task_report`)."""
+        return mmlu_report(examples, responses)
+
     def _iter(self, split: str, path: Path) -> Iterator[Example]:
         for lineno, rec in read_jsonl(path):
             subject = require(rec, "subject", str, path, lineno, nonempty=True)

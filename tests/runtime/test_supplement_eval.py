@@ -30,5 +30,11 @@ def test_rrl_eval_on_a_supplement_task_with_greedy_decoding_and_the_query_stop(t
     fmt = envs.get_task(task).format_prompt
     assert [r["prompt"] for r in records] == [fmt(ex) for ex in examples]
     assert [r["ground_truth"] for r in records] == [ex.ground_truth for ex in examples]
-    summary = json.loads((out / "summary.json").read_text())["metrics"]
-    assert summary["num_examples"] == 2 and summary["time/generate"] > 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["metrics"]["num_examples"] == 2 and summary["metrics"]["time/generate"] > 0
+    if task == "mmlu":  # both first test questions are abstract algebra
+        report = summary["task_report"]
+        assert report["n"] == 2 and set(report["per_subject"]) == {"abstract_algebra"}
+        assert report["per_subject"]["abstract_algebra"]["n"] == 2
+    else:
+        assert "task_report" not in summary
