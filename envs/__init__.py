@@ -4,7 +4,9 @@ five-benchmark evaluation suite (AIME24, AMC23, MATH500, Minerva Math, OlympiadB
 Public API (see ARCHITECTURE.md, section envs):
 
 * `get_task(name) -> Task` for `math`, `gsm8k`, `countdown`, `arithmetic` and the suite's
-  `aime24`, `amc23`, `math500`, `minerva_math`, `olympiadbench` (`envs.suite`);
+  `aime24`, `amc23`, `math500`, `minerva_math`, `olympiadbench` (`envs.suite`), and the
+  supplement's `mmlu` and `gsm8k_supplement` (`envs.supplement`, which also reads and writes
+  AlpacaEval and SimpleSafetyTests);
 * reward functions `r1_zero_reward_fn`, `question_only_reward_fn`, `countdown_reward_fn`,
   each `fn(response, ground_truth) -> {"reward", "format_reward", "answer_reward"}`;
 * `grade_batch(reward_fn, responses, ground_truths, *, timeout=..., num_workers=...)`, returning
@@ -32,6 +34,9 @@ _TASKS = {
     "math500": "envs.suite:MATH500",
     "minerva_math": "envs.suite:MINERVA_MATH",
     "olympiadbench": "envs.suite:OLYMPIADBENCH",
+    # the supplement's evaluations (envs/supplement.py)
+    "mmlu": "envs.supplement:MMLU",
+    "gsm8k_supplement": "envs.supplement:GSM8K_SUPPLEMENT",
 }
 
 _LAZY = {

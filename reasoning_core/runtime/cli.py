@@ -25,6 +25,14 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "ei": ("reasoning_core.runtime.ei", "expert iteration"),
     "grpo": ("reasoning_core.runtime.grpo", "GRPO and its policy-gradient relatives"),
     "dpo": ("reasoning_core.runtime.dpo", "direct preference optimization on pairs"),
+    "supplement-generate": (
+        "reasoning_core.runtime.supplement_generate",
+        "a model's AlpacaEval or SimpleSafetyTests responses, in each judge's format",
+    ),
+    "safety-judge": (
+        "reasoning_core.runtime.safety_judge",
+        "a judge model's safe share of SimpleSafetyTests responses",
+    ),
     "plot": ("reasoning_core.runtime.report", "plot curves from metrics.jsonl files"),
     "summary": ("reasoning_core.runtime.report", "aggregate runs into results/summary.tsv"),
     "seeds": ("reasoning_core.runtime.report", "one run across seeds: mean, std, 95% interval"),

@@ -13,7 +13,9 @@
   ``generations/step_000000.jsonl`` (per example: prompt, response, ground truth, the three
   rewards, response length in tokens, finish reason), ``summary.json`` (metrics, with the
   responses' mean token ``entropy``, and categories),
-  one ``eval`` line in ``metrics.jsonl`` and, last, ``done.json``.
+  one ``eval`` line in ``metrics.jsonl`` and, last, ``done.json``. A task with a ``report``
+  method adds its own scores to ``summary.json`` as ``task_report`` (``mmlu``: the unparsed
+  count with examples and each subject's accuracy).
 """
 
 from __future__ import annotations
@@ -63,8 +65,9 @@ class EvalConfig:
     """Hugging Face model folder to evaluate (config.json, safetensors weights, tokenizer)."""
     task: str = "math"
     """Task whose data, prompt templates and reward are used: math, gsm8k, countdown,
-    arithmetic, or one benchmark of the evaluation suite (aime24, amc23, math500, minerva_math,
-    olympiadbench: split test; rrl eval-suite runs them all)."""
+    arithmetic, one benchmark of the evaluation suite (aime24, amc23, math500, minerva_math,
+    olympiadbench: split test; rrl eval-suite runs them all), or the supplement's mmlu and
+    gsm8k_supplement (templates zero_shot_system_prompt and alpaca_sft)."""
     split: str = "test"
     """Split of the task to evaluate on (math: test or math500)."""
     template: str = "r1_zero"
@@ -277,6 +280,12 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
         "metrics": summary,
         "categories": category_report(records, cfg.examples_per_category),
     }
+    task_report = getattr(task, "report", None)  # a task's own scores (mmlu: per subject)
+    if task_report is not None:
+        by_id = {ex.id: ex for ex in examples}
+        report["task_report"] = task_report(
+            [by_id[r["id"]] for r in records], [r["response"] for r in records]
+        )
     write_json_atomic(out / "summary.json", report)
     with MetricsWriter(out) as metrics:
         metrics.truncate(0)  # a rerun after a crash starts this one-line file afresh

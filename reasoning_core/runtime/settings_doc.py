@@ -43,6 +43,8 @@ COMMAND_CONFIGS: dict[str, str] = {
     "ei": "reasoning_core.runtime.ei:EIConfig",
     "grpo": "reasoning_core.runtime.grpo:GRPOConfig",
     "dpo": "reasoning_core.runtime.dpo:DPOConfig",
+    "supplement-generate": ("reasoning_core.runtime.supplement_generate:SupplementGenerateConfig"),
+    "safety-judge": "reasoning_core.runtime.safety_judge:SafetyJudgeConfig",
 }
 
 
