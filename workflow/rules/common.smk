@@ -373,6 +373,7 @@ if GPUS:
     TRAINING_PANELS["sft"].append("eval/truncated")
     TRAINING_PANELS["ei"] += ["train/rollout/truncated", "eval/truncated"]
     TRAINING_PANELS["grpo"] += ["train/rollout/truncated", "eval/truncated"]
+    TRAINING_PANELS["dpo"] += ["train/rollout/truncated", "eval/truncated"]
 
 
 # ---- functions used by rules (input functions and params) ----------------------------------
@@ -432,18 +433,23 @@ def family_panels(wildcards):
     return " ".join(TRAINING_PANELS[FAMILY_INFO[wildcards.family][0]])
 
 
+def leaderboard_sft_seed(wildcards):
+    """done.json of the same seed of SFT run `leaderboard.sft_run`."""
+    return f"{R}/sft/{LEADERBOARD_SFT_RUN}/seed~{wildcards.seed}/done.json"
+
+
 def leaderboard_init(wildcards):
     """done.json of the run the leaderboard recipe's seed starts from: the same seed of SFT
     run `leaderboard.sft_run` (none: the base model)."""
     if config["leaderboard"].get("init", "sft") == "sft":
-        return [f"{R}/sft/{LEADERBOARD_SFT_RUN}/seed~{wildcards.seed}/done.json"]
+        return [leaderboard_sft_seed(wildcards)]
     return []
 
 
 def dpo_init(wildcards):
-    """done.json of the SFT run a DPO run's seed starts from (the leaderboard recipe's start:
-    the same seed of SFT run `leaderboard.sft_run`)."""
-    return [f"{R}/sft/{LEADERBOARD_SFT_RUN}/seed~{wildcards.seed}/done.json"]
+    """done.json of the SFT run a DPO run's seed starts from: the leaderboard recipe's start
+    (`leaderboard.sft_run`, same seed) whatever `leaderboard.init` says."""
+    return [leaderboard_sft_seed(wildcards)]
 
 
 def seed_done(wildcards):
