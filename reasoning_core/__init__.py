@@ -8,6 +8,13 @@ neither are transformers or vllm (models and tokenizers are passed in and duck-t
 """
 
 from .advantages import compute_group_normalized_rewards, group_normalize
+from .correction import (
+    RATIO_BAND,
+    apply_token_weights,
+    logprob_mismatch,
+    mismatch_warning,
+    tis_weights,
+)
 from .logprobs import (
     CHUNK_ELEMENTS,
     compute_entropy,
@@ -34,6 +41,8 @@ __all__ = [
     "CHUNK_ELEMENTS",
     "LENGTH_NORMS",
     "LOSS_TYPES",
+    "RATIO_BAND",
+    "apply_token_weights",
     "compute_entropy",
     "compute_group_normalized_rewards",
     "compute_grpo_clip_loss",
@@ -46,10 +55,13 @@ __all__ = [
     "grpo_loss",
     "grpo_microbatch_train_step",
     "log_probs_from_logits",
+    "logprob_mismatch",
     "masked_mean",
     "masked_normalize",
+    "mismatch_warning",
     "sequence_log_probs",
     "sft_loss",
     "sft_microbatch_train_step",
+    "tis_weights",
     "tokenize_prompt_and_output",
 ]

@@ -24,6 +24,7 @@ from typing import Literal
 import torch
 
 from ._typing import Float, Shaped, Tensor
+from .correction import apply_token_weights
 from .masked import masked_mean_or_zero, masked_normalize
 
 __all__ = [
@@ -253,6 +254,7 @@ def grpo_loss(
     cliprange: float | None = None,
     length_norm: LengthNorm = "masked_mean",
     normalize_constant: float | None = None,
+    token_weights: Float[Tensor, "*batch seq"] | None = None,
 ) -> tuple[Float[Tensor, ""], dict[str, Tensor]]:
     r"""Pure policy-gradient objective of one batch of responses.
 
@@ -273,6 +275,11 @@ def grpo_loss(
     bitwise equal, so batches without empty rows get exactly the handout's loss. Because empty
     rows still count in ``B``, the gradient with ``n`` empty rows of ``B`` is
     :math:`\frac{B-n}{B}` times that of the batch with those rows dropped.
+
+    ``token_weights`` (e.g. :func:`~reasoning_core.correction.tis_weights`), when given,
+    multiply the per-token loss before the reduction (detached, as
+    :func:`~reasoning_core.correction.apply_token_weights`), whatever the loss type; weights
+    of exactly 1 leave the loss and its gradient unchanged bit for bit.
 
     Returns:
         ``(loss, metadata)``: scalar loss; detached ``per_example_loss``, ``clip_fraction``
@@ -296,6 +303,8 @@ def grpo_loss(
         old_log_probs=old_log_probs,
         cliprange=cliprange,
     )
+    if token_weights is not None:
+        token_loss = apply_token_weights(token_loss, token_weights)
     if length_norm == "masked_mean":
         # Guarded: an empty row gives 0 and no gradient where masked_mean would give NaN.
         per_example = masked_mean_or_zero(token_loss, response_mask, dim=-1)
@@ -325,6 +334,7 @@ def grpo_microbatch_train_step(
     cliprange: float | None = None,
     length_norm: LengthNorm = "masked_mean",
     normalize_constant: float | None = None,
+    token_weights: Float[Tensor, "batch seq"] | None = None,
 ) -> tuple[Float[Tensor, ""], dict[str, Tensor]]:
     """One policy-gradient microbatch: :func:`grpo_loss` divided by
     ``gradient_accumulation_steps``, then ``loss.backward()``.
@@ -350,6 +360,7 @@ def grpo_microbatch_train_step(
         cliprange=cliprange,
         length_norm=length_norm,
         normalize_constant=normalize_constant,
+        token_weights=token_weights,
     )
     loss = loss / gradient_accumulation_steps
     loss.backward()
