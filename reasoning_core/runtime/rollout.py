@@ -93,6 +93,12 @@ class Completion:
     logprobs: list[float]
     finish_reason: str
     entropies: list[float] | None = None
+    # The log-probability of token_ids[i] under the distribution it was actually drawn from:
+    # the raw logits with EOS blocked before min_tokens, divided by the temperature, restricted
+    # to the top-p nucleus and renormalized (0.0 under greedy decoding, a point mass). Equal to
+    # logprobs at temperature 1, top_p 1 past min_tokens. None when the engine cannot give it
+    # (vLLM returns one kind of log-prob per engine, and ours asks for the raw ones).
+    sampling_logprobs: list[float] | None = None
 
 
 @runtime_checkable

@@ -9,7 +9,9 @@ returned log-probs, stop strings and ``min_tokens`` follow exactly the semantics
 - every decode step feeds one token per unfinished row through the model with the cache;
   finished rows are dropped from the batch (and the cache) as they finish;
 - ``logprobs`` are ``log_softmax`` of the raw logits at the sampled token (the policy's own
-  log-probs, independent of temperature/top-p/min_tokens); ``entropies`` are
+  log-probs, independent of temperature/top-p/min_tokens); ``sampling_logprobs`` those under
+  the distribution the token was drawn from (EOS blocked before ``min_tokens``, temperature,
+  the top-p nucleus renormalized; 0.0 when greedy); ``entropies`` are
   ``-sum(exp(logp) * logp)`` of that same ``log_softmax`` row (one extra elementwise pass over
   the vocabulary per step, no extra forward);
 - sampling uses a ``torch.Generator`` seeded from ``params.seed``: same seed -> same outputs.
@@ -85,17 +87,34 @@ def sample_tokens(
 ) -> Tensor:
     """Sample one token per row from ``softmax(logits / temperature)`` restricted to the top-p
     nucleus; ``temperature == 0`` is greedy. ``logits`` is (batch, vocab) float32."""
+    return sample_with_logprobs(logits, temperature, top_p, generator)[0]
+
+
+def sample_with_logprobs(
+    logits: Tensor, temperature: float, top_p: float, generator: torch.Generator | None
+) -> tuple[Tensor, Tensor]:
+    """:func:`sample_tokens`, and each sampled token's log-probability under the distribution
+    it was drawn from: ``log_softmax(logits / temperature)`` at the token, or under top-p the
+    log of its probability over the nucleus' mass (the nucleus renormalized); 0.0 under greedy
+    decoding."""
     if temperature == 0.0:
-        return logits.argmax(dim=-1)
-    probs = torch.softmax(logits / temperature, dim=-1)
+        tokens = logits.argmax(dim=-1)
+        return tokens, torch.zeros(tokens.shape, dtype=torch.float32, device=logits.device)
+    scaled = logits / temperature
+    probs = torch.softmax(scaled, dim=-1)
     if top_p < 1.0:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         # keep the smallest prefix whose mass reaches top_p (the top token always stays)
         drop = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p
         sorted_probs = sorted_probs.masked_fill(drop, 0.0)
         choice = torch.multinomial(sorted_probs, 1, generator=generator)
-        return order.gather(-1, choice).squeeze(-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        tokens = order.gather(-1, choice).squeeze(-1)
+        # renormalized in the nucleus; a nucleus of one token gives exactly log(1) = 0
+        share = sorted_probs.gather(-1, choice).squeeze(-1) / sorted_probs.sum(dim=-1)
+        return tokens, share.log()
+    tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    logp = torch.log_softmax(scaled, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
+    return tokens, logp
 
 
 class HFEngine:
@@ -208,6 +227,7 @@ class HFEngine:
         tokens: list[list[int]] = [[] for _ in range(rows)]
         logps: list[list[float]] = [[] for _ in range(rows)]
         ents: list[list[float]] = [[] for _ in range(rows)]
+        drawn: list[list[float]] = [[] for _ in range(rows)]  # under the sampled distribution
         tails = [""] * rows
         done: list[Completion | None] = [None] * rows
         active = list(range(rows))  # row index of each batch position
@@ -222,11 +242,13 @@ class HFEngine:
             logp = torch.log_softmax(logits, dim=-1)
             if step < params.min_tokens and eos.numel():
                 logits = logits.index_fill(-1, eos, float("-inf"))
-            sampled = sample_tokens(logits, params.temperature, params.top_p, generator)
+            sampled, drawn_logp = sample_with_logprobs(
+                logits, params.temperature, params.top_p, generator
+            )
             sampled_logp = logp.gather(-1, sampled[:, None]).squeeze(-1)
             entropy = -(logp.exp() * logp).sum(-1)
             tok_list, lp_list = sampled.tolist(), sampled_logp.tolist()
-            ent_list = entropy.tolist()
+            ent_list, drawn_list = entropy.tolist(), drawn_logp.tolist()
 
             keep: list[int] = []
             for pos, row in enumerate(active):
@@ -234,20 +256,27 @@ class HFEngine:
                 tokens[row].append(tok)
                 logps[row].append(lp_list[pos])
                 ents[row].append(ent_list[pos])
+                drawn[row].append(drawn_list[pos])
                 finished = None
                 if tok in eos_set and step >= params.min_tokens:
-                    finished = self._finish(tokens[row], logps[row], ents[row], "stop", params)
+                    finished = self._finish(
+                        tokens[row], (logps[row], ents[row], drawn[row]), "stop", params
+                    )
                 elif stops and len(tokens[row]) > params.min_tokens:
                     piece = self._piece(tok)
                     window = tails[row][-(max_stop - 1) :] if max_stop > 1 else ""
                     window += piece
                     if not ascii_stops or any(s in window for s in stops):
-                        finished = self._finish_on_stop(tokens[row], logps[row], ents[row], params)
+                        finished = self._finish_on_stop(
+                            tokens[row], (logps[row], ents[row], drawn[row]), params
+                        )
                     tails[row] = window
                 elif stops:
                     tails[row] = (tails[row] + self._piece(tok))[-max_stop:]
                 if finished is None and len(tokens[row]) >= params.max_tokens:
-                    finished = self._finish(tokens[row], logps[row], ents[row], "length", params)
+                    finished = self._finish(
+                        tokens[row], (logps[row], ents[row], drawn[row]), "length", params
+                    )
                 if finished is None:
                     keep.append(pos)
                 else:
@@ -277,8 +306,7 @@ class HFEngine:
     def _finish(
         self,
         tokens: list[int],
-        logps: list[float],
-        ents: list[float],
+        scores: tuple[list[float], list[float], list[float]],
         reason: str,
         params: SamplingParams,
     ) -> Completion:
@@ -289,28 +317,19 @@ class HFEngine:
             cut = self._find_stop(text, tokens, params)
             if cut is not None:
                 text = cut
-        return Completion(
-            text=text,
-            token_ids=list(tokens),
-            logprobs=list(logps),
-            finish_reason=reason,
-            entropies=list(ents),
-        )
+        return _completion(text, tokens, scores, reason)
 
     def _finish_on_stop(
-        self, tokens: list[int], logps: list[float], ents: list[float], params: SamplingParams
+        self,
+        tokens: list[int],
+        scores: tuple[list[float], list[float], list[float]],
+        params: SamplingParams,
     ) -> Completion | None:
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
         cut = self._find_stop(text, tokens, params)
         if cut is None:
             return None
-        return Completion(
-            text=cut,
-            token_ids=list(tokens),
-            logprobs=list(logps),
-            finish_reason="stop",
-            entropies=list(ents),
-        )
+        return _completion(cut, tokens, scores, "stop")
 
     def _find_stop(self, text: str, tokens: list[int], params: SamplingParams) -> str | None:
         """The text truncated at the earliest stop string that ends after the ``min_tokens``
@@ -331,3 +350,22 @@ class HFEngine:
             return None
         end, start = best
         return text[:end] if params.include_stop_str_in_output else text[:start]
+
+
+def _completion(
+    text: str,
+    tokens: list[int],
+    scores: tuple[list[float], list[float], list[float]],
+    reason: str,
+) -> Completion:
+    """A finished completion; ``scores`` are the raw log-probs, the entropies and the log-probs
+    under the sampled distribution, one per token."""
+    logps, ents, drawn = scores
+    return Completion(
+        text=text,
+        token_ids=list(tokens),
+        logprobs=list(logps),
+        finish_reason=reason,
+        entropies=list(ents),
+        sampling_logprobs=list(drawn),
+    )

@@ -126,6 +126,18 @@ def _sampled_logprobs(ids: list[int], logprobs: Any) -> list[float]:
     return [d[t].logprob for t, d in zip(ids, logprobs, strict=False)]
 
 
+def _drawn_logprobs(raw: list[float], params: SamplingParams) -> list[float] | None:
+    """The log-probs under the distribution vLLM sampled from, where the raw ones give them:
+    0.0 each under greedy decoding, the raw ones themselves at temperature 1, top-p 1 and no
+    ``min_tokens``; None otherwise. (``logprobs_mode`` is one per engine; ours asks for the
+    raw log-probs, which the trainers compare with the policy's.)"""
+    if params.temperature == 0.0:
+        return [0.0] * len(raw)
+    if params.temperature == 1.0 and params.top_p == 1.0 and params.min_tokens == 0:
+        return list(raw)
+    return None
+
+
 def _skip_logprob_decoding(llm: Any) -> bool:
     """Stop vLLM from decoding the text of every log-prob token (we only read the numbers).
 
@@ -279,6 +291,7 @@ class VLLMEngine:
                         token_ids=ids,
                         logprobs=lps,
                         finish_reason="length" if c.finish_reason == "length" else "stop",
+                        sampling_logprobs=_drawn_logprobs(lps, params),
                     )
                 )
             results.append(completions)

@@ -14,7 +14,7 @@ from tiny_model import (
 )
 
 from reasoning_core.runtime.engines import make_engine
-from reasoning_core.runtime.engines.hf import sample_tokens
+from reasoning_core.runtime.engines.hf import sample_tokens, sample_with_logprobs
 from reasoning_core.runtime.rollout import Completion, SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24, stop=[])
@@ -148,8 +148,10 @@ def test_sync_weights_copies_state(model, tokenizer):
 def _frequencies(temperature, top_p, probs=(0.5, 0.3, 0.2), rows=20000):
     logits = torch.tensor(probs).log().expand(rows, -1)
     gen = torch.Generator().manual_seed(0)
-    tokens = sample_tokens(logits, temperature, top_p, gen)
-    return torch.bincount(tokens, minlength=len(probs)).float() / rows
+    tokens, drawn = sample_with_logprobs(logits, temperature, top_p, gen)
+    again = sample_tokens(logits, temperature, top_p, torch.Generator().manual_seed(0))
+    assert torch.equal(again, tokens)  # the same draws, with or without the log-probs
+    return torch.bincount(tokens, minlength=len(probs)).float() / rows, tokens, drawn
 
 
 @pytest.mark.parametrize(
@@ -163,8 +165,10 @@ def _frequencies(temperature, top_p, probs=(0.5, 0.3, 0.2), rows=20000):
     ],
 )
 def test_sample_tokens_follows_temperature_and_top_p(temperature, top_p, expected):
-    freq = _frequencies(temperature, top_p)
+    freq, tokens, drawn = _frequencies(temperature, top_p)
     torch.testing.assert_close(freq, torch.tensor(expected), atol=0.015, rtol=0)
+    # each token's sampling log-prob is that of the distribution the draws follow
+    torch.testing.assert_close(drawn, torch.tensor(expected).log()[tokens])
 
 
 def test_tiny_top_p_is_greedy(engine):

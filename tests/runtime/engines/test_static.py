@@ -316,9 +316,9 @@ def _frequencies(temperature, top_p, probs=(0.5, 0.3, 0.2), rows=20000):
     count = torch.zeros(rows, dtype=torch.long)
     no_eos = torch.zeros(len(probs), dtype=torch.bool)
     gen = torch.Generator().manual_seed(0)
-    tokens, logp, _ = sample_on_device(logits, count, no_eos, params, gen)
+    tokens, logp, _, drawn = sample_on_device(logits, count, no_eos, params, gen)
     torch.testing.assert_close(logp, torch.tensor(probs).log()[tokens])
-    return torch.bincount(tokens, minlength=len(probs)).float() / rows
+    return torch.bincount(tokens, minlength=len(probs)).float() / rows, tokens, drawn
 
 
 @pytest.mark.parametrize(
@@ -333,8 +333,10 @@ def _frequencies(temperature, top_p, probs=(0.5, 0.3, 0.2), rows=20000):
 )
 def test_device_sampling_follows_temperature_and_top_p(temperature, top_p, expected):
     """20,000 draws: a frequency's standard error is at most 0.0035, the tolerance 4.3x it."""
-    freq = _frequencies(temperature, top_p)
+    freq, tokens, drawn = _frequencies(temperature, top_p)
     torch.testing.assert_close(freq, torch.tensor(expected), atol=0.015, rtol=0)
+    # each token's sampling log-prob is that of the distribution the draws follow
+    torch.testing.assert_close(drawn, torch.tensor(expected).log()[tokens])
 
 
 @pytest.mark.parametrize(
@@ -364,7 +366,7 @@ def test_device_sampling_masks_eos_per_row_below_min_tokens():
     eos = torch.tensor([True, False, False])
     count = torch.tensor([0, 2, 3, 7])
     params = SamplingParams(temperature=0.0, max_tokens=8, min_tokens=3, stop=[])
-    tokens, logp, entropy = sample_on_device(logits, count, eos, params, None)
+    tokens, logp, entropy, drawn = sample_on_device(logits, count, eos, params, None)
     assert tokens[:2].tolist() != [0, 0] and 0 not in tokens[:2].tolist()
     assert tokens[2:].tolist() == [0, 0]
     torch.testing.assert_close(
@@ -374,6 +376,20 @@ def test_device_sampling_masks_eos_per_row_below_min_tokens():
     p = torch.tensor([5.0, 0.0, 0.0], dtype=torch.float64).softmax(-1)
     expected = float(-(p * p.log()).sum())
     torch.testing.assert_close(entropy, torch.full((4,), expected, dtype=torch.float32))
+    assert drawn.tolist() == [0.0] * 4  # greedy: a point mass, with or without EOS masked
+
+
+def test_device_sampling_log_prob_renormalizes_without_eos_below_min_tokens():
+    """Sampled at temperature 1 with EOS masked, a token's sampling log-prob is its raw one
+    minus log(1 - p(EOS)); from min_tokens on the two are equal."""
+    logits = torch.tensor([[1.0, 0.5, -0.5]]).expand(2, -1).contiguous()
+    eos = torch.tensor([True, False, False])
+    params = SamplingParams(temperature=1.0, max_tokens=8, min_tokens=3, stop=[])
+    gen = torch.Generator().manual_seed(0)
+    tokens, logp, _, drawn = sample_on_device(logits, torch.tensor([0, 3]), eos, params, gen)
+    p_eos = torch.softmax(logits[0], -1)[0]
+    torch.testing.assert_close(drawn[0], logp[0] - torch.log1p(-p_eos))
+    torch.testing.assert_close(drawn[1], logp[1])
 
 
 def test_row_buckets_and_cache_size(model):

@@ -36,8 +36,11 @@ call with no copy) through a decode loop written for fixed shapes:
   draws one exponential per vocabulary entry instead); EOS is masked for rows with fewer than
   ``min_tokens`` tokens; the log-prob returned is ``logits[token] - logsumexp(logits)`` of the
   raw logits (temperature 1, no top-p), the entropy returned that raw distribution's (the
-  ``logsumexp`` shared). One ``torch.Generator`` seeded from ``params.seed`` drives every draw.
-- **Host side, one step behind.** Token ids, log-probs and entropies are copied to pinned host memory
+  ``logsumexp`` shared), and ``sampling_logprobs`` the token's log-prob under the distribution
+  it was drawn from (EOS masked, temperature, the top-p nucleus renormalized; 0.0 when greedy;
+  no extra work at temperature 1, top-p 1, no ``min_tokens``, where it is the raw one). One
+  ``torch.Generator`` seeded from ``params.seed`` drives every draw.
+- **Host side, one step behind.** Token ids, both log-probs and entropies are copied to pinned host memory
   asynchronously; the host appends them, watches EOS, ``max_tokens`` and stop strings (vLLM's
   semantics, as the HF engine) for step ``t`` while the GPU runs step ``t + 1``.
 

@@ -112,7 +112,8 @@ class StaticEngine(DeviceMixin, TextMixin):
         )
         self._token_text: list[str] | None = None
         self._stop_shape: tuple[int, bool] = (0, True)
-        self._host: list[tuple[Tensor, Tensor, Tensor, Any]] = []
+        # per slot: tokens (rows,), (raw log-prob, entropy, sampled log-prob) (3, rows), event
+        self._host: list[tuple[Tensor, Tensor, Any]] = []
         self.stats: dict[str, float] = {
             "graphs": 0,
             "warmup_seconds": 0.0,
@@ -205,8 +206,8 @@ class StaticEngine(DeviceMixin, TextMixin):
                 for r, u in zip(rows, take, strict=True):
                     owner[r], row_of[u] = u, r
                     pos_host[r] = len(encoded[u // n])
-                for r, u, tok, lp, ent in self._start(rows, take, encoded, n, params, generator):
-                    if self._advance(samples[u], tok, lp, ent, params):  # done at its first token
+                for r, u, tok, scores in self._start(rows, take, encoded, n, params, generator):
+                    if self._advance(samples[u], tok, scores, params):  # done at its first token
                         owner[r] = None
                         del row_of[u]
                         free.append(r)
@@ -225,11 +226,11 @@ class StaticEngine(DeviceMixin, TextMixin):
                 pos_host = [min(p + 1, last_slot) for p in pos_host]
             if in_flight is not None:
                 rows_of_step, handle = in_flight
-                toks, lps, ents = self._collect(handle, len(rows_of_step))
-                for u, tok, lp, ent in zip(rows_of_step, toks, lps, ents, strict=True):
+                toks, scores = self._collect(handle, len(rows_of_step))
+                for u, tok, score in zip(rows_of_step, toks, scores, strict=True):
                     if u is None or samples[u].done is not None:
                         continue
-                    if self._advance(samples[u], tok, lp, ent, params):
+                    if self._advance(samples[u], tok, score, params):
                         owner[row_of.pop(u)] = None
             in_flight = launched
             if in_flight is None and not pending:
@@ -261,9 +262,10 @@ class StaticEngine(DeviceMixin, TextMixin):
         n: int,
         params: SamplingParams,
         generator: torch.Generator | None,
-    ) -> list[tuple[int, int, int, float, float]]:
+    ) -> list[tuple[int, int, int, tuple[float, float, float]]]:
         """Prefill the prompts of samples ``units`` into cache ``rows``, sample each first token
-        and set the rows' device state; returns ``(row, unit, token, logprob, entropy)``."""
+        and set the rows' device state; returns ``(row, unit, token, scores)`` with scores
+        (raw log-prob, entropy, log-prob under the sampled distribution)."""
         cache = self._cache
         assert cache is not None
         t0 = time.perf_counter()
@@ -295,15 +297,15 @@ class StaticEngine(DeviceMixin, TextMixin):
                 logits[c] = out[j]
         first_logits = torch.stack([logits[u // n] for u in units])
         zero = torch.zeros(len(units), dtype=torch.long, device=dev)
-        tok, logp, ent = sample_on_device(first_logits, zero, self.eos_mask, params, generator)
+        tok, *scores = sample_on_device(first_logits, zero, self.eos_mask, params, generator)
         index = torch.tensor(rows, dtype=torch.long, device=dev)
         lengths = torch.tensor([len(encoded[u // n]) for u in units], dtype=torch.long, device=dev)
         cache.tok.index_copy_(0, index, tok)
         cache.pos.index_copy_(0, index, lengths)
         cache.count.index_fill_(0, index, 1)
-        toks, lps, ents = tok.tolist(), logp.tolist(), ent.tolist()
+        rows_scores = [tuple(s) for s in torch.stack(scores, dim=-1).tolist()]
         self.stats["prefill_seconds"] += time.perf_counter() - t0
-        return list(zip(rows, units, toks, lps, ents, strict=True))
+        return list(zip(rows, units, tok.tolist(), rows_scores, strict=True))
 
     def _launch(
         self,
@@ -319,25 +321,25 @@ class StaticEngine(DeviceMixin, TextMixin):
         cache = self._cache
         assert cache is not None
         logits = self._step_logits(b, span)
-        tok, logp, ent = sample_on_device(logits, cache.count[:b], self.eos_mask, params, generator)
+        tok, *scores = sample_on_device(logits, cache.count[:b], self.eos_mask, params, generator)
+        stacked = torch.stack(scores)  # (3, b): raw log-prob, entropy, sampled log-prob
         cache.tok[:b].copy_(tok)
         cache.pos[:b].add_(1).clamp_(max=cache.max_len - 1)
         cache.count[:b].add_(1)
         self.stats["decode_steps"] += 1
         if not self._host:
-            return tok, logp, ent, None
-        tok_host, logp_host, ent_host, event = self._host[slot]
+            return tok, stacked, None
+        tok_host, scores_host, event = self._host[slot]
         tok_host[:b].copy_(tok, non_blocking=True)
-        logp_host[:b].copy_(logp, non_blocking=True)
-        ent_host[:b].copy_(ent, non_blocking=True)
+        scores_host[:, :b].copy_(stacked, non_blocking=True)
         event.record()
-        return tok_host, logp_host, ent_host, event
+        return tok_host, scores_host, event
 
-    def _collect(self, handle: Any, b: int) -> tuple[list[int], list[float], list[float]]:
-        tok, logp, ent, event = handle
+    def _collect(self, handle: Any, b: int) -> tuple[list[int], list[tuple[float, float, float]]]:
+        tok, scores, event = handle
         if event is not None:
             event.synchronize()
-        return tok[:b].tolist(), logp[:b].tolist(), ent[:b].tolist()
+        return tok[:b].tolist(), [tuple(s) for s in scores[:, :b].T.tolist()]
 
     def _compact(self, alive: list[int]) -> None:
         """Move rows ``alive`` (cache and state) to rows ``0 .. len(alive) - 1``."""

@@ -65,7 +65,7 @@ def sample_on_device(
     eos_mask: Tensor,
     params: SamplingParams,
     generator: torch.Generator | None,
-) -> tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Sample one token per row; no host synchronisation.
 
     Args:
@@ -77,16 +77,20 @@ def sample_on_device(
         generator: the call's generator (None: torch's default one).
 
     Returns:
-        ``(tokens, logprobs, entropies)``, each (rows,): the sampled ids,
-        ``logits[token] - logsumexp(logits)`` (float32), the raw policy's log-probability, and
+        ``(tokens, logprobs, entropies, sampling_logprobs)``, each (rows,): the sampled ids,
+        ``logits[token] - logsumexp(logits)`` (float32), the raw policy's log-probability,
         that raw distribution's entropy ``-sum_v p_v log p_v`` with
-        ``log p = logits - logsumexp(logits)`` (float32; the ``logsumexp`` is shared).
+        ``log p = logits - logsumexp(logits)`` (float32; the ``logsumexp`` is shared), and the
+        token's log-probability under the distribution it was drawn from (EOS masked,
+        divided by the temperature, the top-p nucleus renormalized; 0.0 when greedy; the raw
+        log-probability itself when that distribution is the raw one).
     """
     logits = logits.float()
     masked = logits
     if params.min_tokens > 0:
         blocked = (count < params.min_tokens)[:, None] & eos_mask[None, :]
         masked = logits.masked_fill(blocked, float("-inf"))
+    nucleus: Tensor | None = None
     if params.temperature == 0.0:
         tokens = masked.argmax(dim=-1)
     else:
@@ -96,15 +100,26 @@ def sample_on_device(
             sorted_probs, order = probs.sort(dim=-1, descending=True)
             # the smallest prefix whose mass reaches top_p (the top token always stays)
             drop = sorted_probs.cumsum(dim=-1) - sorted_probs >= params.top_p
-            choice = _inverse_cdf(sorted_probs.masked_fill(drop, 0.0), generator)
+            kept = sorted_probs.masked_fill(drop, 0.0)
+            choice = _inverse_cdf(kept, generator)
             tokens = order.gather(-1, choice[:, None]).squeeze(-1)
+            # renormalized in the nucleus; a nucleus of one token gives exactly log(1) = 0
+            nucleus = (kept.gather(-1, choice[:, None]).squeeze(-1) / kept.sum(dim=-1)).log()
         else:
             tokens = _inverse_cdf(probs, generator)
     lse = torch.logsumexp(logits, dim=-1)
     logp = logits.gather(-1, tokens[:, None]).squeeze(-1) - lse
     logp_all = logits - lse[:, None]
     entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return tokens, logp, entropy
+    if params.temperature == 0.0:
+        drawn = torch.zeros_like(logp)
+    elif nucleus is not None:
+        drawn = nucleus
+    elif scaled is logits:
+        drawn = logp  # sampled from the raw distribution itself
+    else:
+        drawn = torch.log_softmax(scaled, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
+    return tokens, logp, entropy, drawn
 
 
 def _inverse_cdf(weights: Tensor, generator: torch.Generator | None) -> Tensor:

@@ -35,6 +35,7 @@ class _Sample:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     entropies: list[float] = field(default_factory=list)
+    sampling_logprobs: list[float] = field(default_factory=list)
     tail: str = ""  # the last characters of the text, to spot a stop string cheaply
     done: Completion | None = None
 
@@ -52,13 +53,18 @@ class TextMixin:
         return self._token_text[token_id] if token_id < len(self._token_text) else ""
 
     def _advance(
-        self, sample: _Sample, tok: int, logp: float, entropy: float, params: SamplingParams
+        self,
+        sample: _Sample,
+        tok: int,
+        scores: tuple[float, float, float],
+        params: SamplingParams,
     ) -> bool:
-        """Append one token (its log-prob and entropy) to ``sample``; True when that finished it
-        (``sample.done`` set)."""
+        """Append one token and its ``scores`` (raw log-prob, entropy, log-prob under the sampled
+        distribution) to ``sample``; True when that finished it (``sample.done`` set)."""
         sample.tokens.append(tok)
-        sample.logprobs.append(logp)
-        sample.entropies.append(entropy)
+        sample.logprobs.append(scores[0])
+        sample.entropies.append(scores[1])
+        sample.sampling_logprobs.append(scores[2])
         count = len(sample.tokens)
         stops = params.stop
         if tok in self.eos_ids and count > params.min_tokens:
@@ -96,4 +102,5 @@ class TextMixin:
             logprobs=list(sample.logprobs),
             finish_reason=reason,
             entropies=list(sample.entropies),
+            sampling_logprobs=list(sample.sampling_logprobs),
         )
