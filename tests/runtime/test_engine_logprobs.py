@@ -12,7 +12,7 @@ from tiny_model import PROMPTS, build_model, build_tokenizer, make_canonical_sam
 
 from reasoning_core import get_response_log_probs, logprob_mismatch
 from reasoning_core.runtime.batching import tokenize_pairs
-from reasoning_core.runtime.engine_logprobs import engine_log_probs
+from reasoning_core.runtime.engine_logprobs import engine_log_probs, mismatch_metrics
 from reasoning_core.runtime.engines import make_engine
 from reasoning_core.runtime.rollout import Completion, SamplingParams
 
@@ -38,6 +38,18 @@ def test_log_probs_are_placed_on_the_leading_positions_that_match():
     assert values[0].tolist() == [0.0, -1.0, -2.0, -3.0, 0.0]
     assert values[1].tolist() == [0.0, -1.0, 0.0, 0.0, 0.0]
     assert values[2].abs().sum() == 0
+    policy = values.clone()
+    policy[0, 1] = -1.5  # one compared token off by 0.5; the unaligned positions are ignored
+    policy[2] = -7.0
+    assert mismatch_metrics(policy, values, aligned, mask) == {
+        "rollout/logprob_diff_mean": 0.125,
+        "rollout/logprob_diff_max": 0.5,
+        "rollout/ratio_outside": 0.0,
+        "rollout/logprob_aligned": 4 / 8,
+    }
+    trimmed = mismatch_metrics(policy[:, :3], values, aligned, mask)  # a micro batch's width
+    assert trimmed["rollout/logprob_diff_mean"] == pytest.approx(0.5 / 3)
+    assert trimmed["rollout/logprob_aligned"] == pytest.approx(3 / 6)
 
 
 def test_missing_log_probs_and_a_row_count_mismatch_are_named():
