@@ -59,7 +59,7 @@ class DeviceMixin:
             self._host = [
                 (
                     torch.empty(rows, dtype=torch.long, pin_memory=True),
-                    torch.empty((3, rows), dtype=torch.float32, pin_memory=True),
+                    torch.empty((rows, 3), dtype=torch.float32, pin_memory=True),
                     torch.cuda.Event(),
                 )
                 for _ in range(2)

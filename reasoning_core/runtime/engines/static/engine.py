@@ -112,7 +112,7 @@ class StaticEngine(DeviceMixin, TextMixin):
         )
         self._token_text: list[str] | None = None
         self._stop_shape: tuple[int, bool] = (0, True)
-        # per slot: tokens (rows,), (raw log-prob, entropy, sampled log-prob) (3, rows), event
+        # per slot: tokens (rows,), (raw log-prob, entropy, sampled log-prob) (rows, 3), event
         self._host: list[tuple[Tensor, Tensor, Any]] = []
         self.stats: dict[str, float] = {
             "graphs": 0,
@@ -322,7 +322,9 @@ class StaticEngine(DeviceMixin, TextMixin):
         assert cache is not None
         logits = self._step_logits(b, span)
         tok, *scores = sample_on_device(logits, cache.count[:b], self.eos_mask, params, generator)
-        stacked = torch.stack(scores)  # (3, b): raw log-prob, entropy, sampled log-prob
+        # (b, 3): raw log-prob, entropy, sampled log-prob; rows contiguous, so the host copy of
+        # the first b rows stays one asynchronous copy into pinned memory
+        stacked = torch.stack(scores, dim=-1)
         cache.tok[:b].copy_(tok)
         cache.pos[:b].add_(1).clamp_(max=cache.max_len - 1)
         cache.count[:b].add_(1)
@@ -331,7 +333,7 @@ class StaticEngine(DeviceMixin, TextMixin):
             return tok, stacked, None
         tok_host, scores_host, event = self._host[slot]
         tok_host[:b].copy_(tok, non_blocking=True)
-        scores_host[:, :b].copy_(stacked, non_blocking=True)
+        scores_host[:b].copy_(stacked, non_blocking=True)
         event.record()
         return tok_host, scores_host, event
 
@@ -339,7 +341,7 @@ class StaticEngine(DeviceMixin, TextMixin):
         tok, scores, event = handle
         if event is not None:
             event.synchronize()
-        return tok[:b].tolist(), [tuple(s) for s in scores[:, :b].T.tolist()]
+        return tok[:b].tolist(), [tuple(s) for s in scores[:b].tolist()]
 
     def _compact(self, alive: list[int]) -> None:
         """Move rows ``alive`` (cache and state) to rows ``0 .. len(alive) - 1``."""

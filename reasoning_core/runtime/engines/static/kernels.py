@@ -118,7 +118,8 @@ def sample_on_device(
     elif scaled is logits:
         drawn = logp  # sampled from the raw distribution itself
     else:
-        drawn = torch.log_softmax(scaled, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
+        # one reduction over the vocabulary, no (rows, vocab) output
+        drawn = scaled.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(scaled, dim=-1)
     return tokens, logp, entropy, drawn
 
 
