@@ -109,6 +109,16 @@ def test_mismatch_statistics_on_known_values():
     assert stats["ratio_outside"].item() == pytest.approx(2 / 3)
 
 
+def test_the_band_ends_count_as_inside():
+    """Ratios of exactly 0.5 and 2 lie in [0.5, 2]; just past them they do not."""
+    for dtype in (torch.float32, torch.float64):
+        engine = torch.zeros(1, 4, dtype=dtype)
+        policy = torch.tensor([[math.log(0.5), math.log(2.0), -0.7, 0.7]], dtype=dtype)
+        assert torch.exp(policy - engine)[0, :2].tolist() == [0.5, 2.0]
+        stats = logprob_mismatch(policy, engine, torch.ones(1, 4))
+        assert stats["ratio_outside"].item() == 0.5
+
+
 def test_mismatch_statistics_are_zero_without_a_response_token():
     policy = torch.randn(2, 3)
     stats = logprob_mismatch(policy, policy + 5, torch.zeros(2, 3, dtype=torch.bool))
