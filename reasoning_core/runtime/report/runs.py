@@ -180,6 +180,31 @@ def folder_finals(folder: str | Path) -> dict[str, Any]:
     return out
 
 
+def sampled_responses(folder: str | Path) -> int | None:
+    """How many responses a run sampled to train on, from its committed files: DPO's count
+    (``sampled_responses`` of its ``done`` line); EI's rollouts, ``ei_batch_size`` questions
+    times ``group_size`` per iteration (its train lines with ``kept``); GRPO's,
+    ``rollout_batch_size`` per rollout batch (its distinct ``grpo_step`` values); 0 for a run
+    that samples none (SFT trains on its data; a zero-shot evaluation). None without a
+    ``metrics.jsonl``. The evaluations' samples are not counted: every run has the same."""
+    folder = Path(folder)
+    records = read_metrics(folder)
+    if not records:
+        return None
+    done = next((r for r in reversed(records) if r.get("split") == "done"), {})
+    if "sampled_responses" in done:
+        return int(done["sampled_responses"])
+    train = [r for r in records if r.get("split") == "train"]
+    config = read_yaml(folder / "config.yaml")
+    iterations = sum(1 for r in train if "kept" in r)
+    if iterations:
+        return iterations * int(config["ei_batch_size"]) * int(config["group_size"])
+    batches = len({r["grpo_step"] for r in train if "grpo_step" in r})
+    if batches:
+        return batches * int(config["rollout_batch_size"])
+    return 0
+
+
 # Folders that never hold a run's metrics.jsonl: not searched by find_runs.
 NOT_RUNS = {"checkpoint", "state", "generations", "plots", "logs", "benchmarks", "sft_data"}
 
