@@ -107,12 +107,23 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
+def folder_settings(run: str | Path) -> dict[str, str]:
+    """The ``key~value`` parts of a run's folder path (``dpo/init~base`` -> ``{"init": "base"}``),
+    seed folders left out."""
+    parts = [p for p in Path(run).parts if "~" in p and not p.startswith("seed~")]
+    return dict(p.split("~", 1) for p in parts)
+
+
 def run_labels(runs: Sequence[str | Path], keys: Sequence[str]) -> list[str]:
     """Label each run by ``key=value`` for those of ``keys`` whose resolved values (from the
-    runs' ``config.yaml``, :func:`config_file`) differ between the runs; a run folder named ``default`` (the
-    method's default settings) says so. Runs that still share a label get their folder name."""
+    runs' ``config.yaml``, :func:`config_file`; for a key the configuration lacks, such as a
+    setting the workflow reads itself, the run folder's ``key~value``, else ``-``) differ
+    between the runs; a run folder named ``default`` (the method's default settings) says so.
+    Runs that still share a label get their folder name."""
     configs = [read_yaml(config_file(r)) for r in runs]
-    values = {k: [format_value(c[k]) if k in c else "-" for c in configs] for k in keys}
+    folders = [folder_settings(r) for r in runs]
+    pairs = list(zip(configs, folders, strict=True))
+    values = {k: [format_value(c[k]) if k in c else f.get(k, "-") for c, f in pairs] for k in keys}
     varied = [k for k in keys if len(runs) == 1 or len(set(values[k])) > 1]
     labels = []
     for i, run in enumerate(runs):

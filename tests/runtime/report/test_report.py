@@ -119,6 +119,9 @@ def test_plot_curves_writes_a_readable_png_with_labels_from_config(tmp_path, cap
     # labels name only the settings that differ between the runs
     assert report.run_labels([a, b], ["lr", "loss_type"]) == ["lr=0.0001 (default)", "lr=3e-05"]
     assert report.run_labels([a, b], ["loss_type"]) == ["default", "lr~3e-05"]
+    # A key no configuration holds (one the workflow reads itself) comes from the folder name.
+    c = make_run(tmp_path / "dpo" / "init~base", lr=1e-4, accuracies=[0.1])
+    assert report.run_labels([a, c], ["lr", "init"]) == ["init=- (default)", "init=base"]
 
 
 def test_plot_against_wall_clock_and_final_bars(tmp_path):
