@@ -8,7 +8,8 @@ Each document holds blocks between ``<!-- results:NAME -->`` and ``<!-- /results
 leaving the prose around them as it is. Without ``--write`` the tables are printed.
 
 The blocks: ``runs``, one row per run (the mean accuracy over seeds +- the 95% half-width,
-each seed's accuracy, format reward, mean wall seconds); ``ablations`` and ``format``, each
+each seed's accuracy, format reward, the responses it sampled to train on, mean wall
+seconds); ``ablations`` and ``format``, each
 ablation's accuracy (format-reward) difference against its baseline with its 95% interval and
 whether it is clear of 0; ``zero_shot``, every run against zero-shot; ``verdicts``, the same
 comparisons as sentences grouped by verdict; ``jobs``, the job time per family from the rules'
@@ -41,8 +42,13 @@ def signed(value: float) -> str:
 
 
 def runs_table(summary: list[dict[str, str]]) -> list[str]:
-    """``| run | accuracy % | per seed | format % | wall s |`` rows, in summary.tsv's order."""
-    lines = ["| run | accuracy % | per seed | format % | wall s |", "|---|---:|---|---:|---:|"]
+    """``| run | accuracy % | per seed | format % | sampled | wall s |`` rows, in summary.tsv's
+    order (``sampled``: the responses a seed sampled to train on, summary.tsv's
+    ``sampled_responses``)."""
+    lines = [
+        "| run | accuracy % | per seed | format % | sampled | wall s |",
+        "|---|---:|---|---:|---:|---:|",
+    ]
     seeds: dict[str, list[str]] = {}
     for row in summary:
         if row["seed"] not in ("", "mean"):
@@ -56,7 +62,8 @@ def runs_table(summary: list[dict[str, str]]) -> list[str]:
             fmt += f" ± {pct(row['eval_format_reward_ci95'])}"
         per_seed = " / ".join(seeds.get(row["run"], [])) or "(one evaluation)"
         wall = f"{float(row['wall_seconds']):.0f}"
-        lines.append(f"| `{row['run']}` | {acc} | {per_seed} | {fmt} | {wall} |")
+        sampled = f"{float(row['sampled_responses']):,.0f}"
+        lines.append(f"| `{row['run']}` | {acc} | {per_seed} | {fmt} | {sampled} | {wall} |")
     return lines
 
 
@@ -100,7 +107,7 @@ def verdicts(ablations: list[dict[str, str]]) -> list[str]:
     return lines
 
 
-FAMILY_ORDER = ("base", "zero_shot", "sft", "ei", "grpo", "leaderboard")
+FAMILY_ORDER = ("base", "zero_shot", "sft", "ei", "grpo", "leaderboard", "dpo_pairs", "dpo")
 
 
 def job_benchmarks(benchmarks: Path) -> list[tuple[str, Path, float]]:

@@ -42,7 +42,9 @@ from reasoning_core.runtime.checkpoint import save_checkpoint
 from reasoning_core.runtime.config import ConfigError
 from reasoning_core.runtime.dpo_pairs import (
     load_pairs,
+    read_first_round,
     read_saved,
+    sample_first_round,
     sample_verified_pairs,
     save_round,
     split_validation,
@@ -114,6 +116,12 @@ class DPOConfig(CommonConfig):
     """Most new tokens per sampled response."""
     train_examples: int | None = None
     """Size of the pool of training questions (null: the task's default)."""
+    sample_only: bool = False
+    """pairs: verified: sample and grade round 1's pairs from model_path into --out
+    (pairs/round_0.jsonl) and stop without training (the workflow's rule dpo_pairs)."""
+    first_round_pairs: str = ""
+    """pairs: verified: a sample_only run's folder whose pairs are round 1's ("": sample them
+    here); it must have been sampled with this run's settings apart from training ones."""
     epochs: int = 1
     """Passes over each round's pairs."""
     batch_size: int = 64
@@ -144,6 +152,8 @@ class DPOConfig(CommonConfig):
             raise ConfigError("setting 'hh_dir' is required with pairs: hh")
         if self.pairs != "verified" and self.n_dpo_rounds != 1:
             raise ConfigError("setting 'n_dpo_rounds' > 1 needs pairs: verified (resampled)")
+        if self.pairs != "verified" and (self.sample_only or self.first_round_pairs):
+            raise ConfigError("settings 'sample_only' and 'first_round_pairs' need pairs: verified")
         super().validate()
 
     @property
@@ -270,6 +280,8 @@ def train(cfg: DPOConfig, out: str) -> dict:
     if started is None:
         return {}
     _, task = started
+    if cfg.sample_only:
+        return sample_first_round(cfg, out, task)
     fixed, info = (None, {})
     if cfg.pairs != "verified":
         fixed, info = load_pairs(cfg)
@@ -310,6 +322,9 @@ def train(cfg: DPOConfig, out: str) -> dict:
         if saved is None:  # first time at this round: build its pairs and keep them
             if fixed is not None:
                 pairs, line = fixed, {"pairs": len(fixed), **info}
+            elif round_ == 0 and cfg.first_round_pairs:  # sampled by a sample_only run
+                pairs, line = read_first_round(cfg)
+                sampled += line["sampled_responses"]
             else:
                 pairs, line = sample_verified_pairs(
                     t.engine, t.model, rollouts, round_=round_, count=cfg.dpo_questions,

@@ -10,21 +10,55 @@ round, as EI and GRPO key theirs by step).
 Each pair is ``{"prompt", "chosen", "rejected"}`` with the prompt as the policy sees it
 (``pair_template: alpaca`` wraps a bare instruction first). :func:`split_validation` holds
 out a seeded set of pairs.
+
+Round 1's verified pairs can be sampled apart (:func:`sample_first_round`, ``rrl dpo --set
+sample_only=true``: the workflow's rule ``dpo_pairs``) and read by any run whose settings agree
+outside :data:`TRAINING_SETTINGS` (:func:`read_first_round`, setting ``first_round_pairs``), so
+runs that differ only in how they train share one set of sampled pairs. Later rounds sample
+from the policy the round before trained, so the trainer samples them itself.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from envs import DataError
 from envs.pairs import load_hh, read_pairs
-from reasoning_core.runtime.config import ConfigError
+from reasoning_core.runtime import provenance
+from reasoning_core.runtime import run as run_lifecycle
+from reasoning_core.runtime.config import ConfigError, save_config
 from reasoning_core.runtime.metrics import write_json_atomic
 from reasoning_core.runtime.pair_logprobs import alpaca_prompt
+from reasoning_core.runtime.policy import load_policy
 from reasoning_core.runtime.rng import Stream, step_rng
-from reasoning_core.runtime.sampling import RolloutBatch, Rollouts, reward_means, sample_and_grade
+from reasoning_core.runtime.sampling import (
+    RolloutBatch,
+    Rollouts,
+    load_questions,
+    reward_means,
+    sample_and_grade,
+)
+from reasoning_core.runtime.settings import RESUME_MAY_CHANGE
+
+# Settings of `rrl dpo` that do not change round 1's sampled pairs (how the policy trains, is
+# evaluated and saved, where it runs): a run may read pairs sampled under other values of these.
+TRAINING_SETTINGS = frozenset(
+    {
+        "lr", "weight_decay", "betas", "adam_eps", "lr_scheduler", "warmup_steps",
+        "min_lr_ratio", "max_grad_norm", "eval_examples", "eval_every", "eval_at_start",
+        "eval_temperature", "eval_top_p", "eval_max_tokens", "eval_seed", "eval_batch_size",
+        "save_every", "save_checkpoint", "reference_path", "reference_device", "beta",
+        "nll_weight", "val_pairs", "val_every", "n_dpo_rounds", "epochs", "batch_size",
+        "gradient_accumulation_steps", "optimizer", "sample_only", "first_round_pairs",
+        *RESUME_MAY_CHANGE,
+    }
+)  # fmt: skip
+FIRST_ROUND = Path("pairs") / "round_0.jsonl"
 
 
 def verified_pairs(batch: RolloutBatch, group_size: int, pairs_per_question: int) -> list[dict]:
@@ -64,6 +98,61 @@ def sample_verified_pairs(
         **batch.seconds,
     }
     return pairs, line
+
+
+def sample_first_round(cfg: Any, out: str | Path, task: Any) -> dict[str, Any]:
+    """``sample_only``: round 1's verified pairs from ``model_path`` (as :func:`train` of
+    :mod:`~reasoning_core.runtime.dpo` samples them) saved in ``out/pairs/round_0.jsonl`` with
+    the round's facts, then ``done.json``; no training, no evaluation."""
+    out = Path(out)
+    save_config(cfg, out)
+    message = f"setting 'dpo_questions' ({cfg.dpo_questions}) exceeds the {{n}} training questions"
+    rollouts = Rollouts.from_config(
+        cfg, task, load_questions(cfg, task, cfg.dpo_questions, message)
+    )
+    model, tokenizer = load_policy(cfg)
+    # Looked up when called, as setup_training does, so one seam builds every run's engine.
+    engine = run_lifecycle.make_rollout_engine(cfg, model, tokenizer)
+    pairs, line = sample_verified_pairs(
+        engine, model, rollouts, round_=0, count=cfg.dpo_questions,
+        pairs_per_question=cfg.pairs_per_question,
+    )  # fmt: skip
+    save_round(pairs, line, out / FIRST_ROUND)
+    done = {"method": "dpo_pairs", "model_path": cfg.model_path, "pairs": len(pairs),
+            "sampled_responses": line["sampled_responses"], "reward": line.get("reward")}  # fmt: skip
+    write_json_atomic(out / "done.json", done)
+    print(f"[dpo] {len(pairs)} pairs from {done['sampled_responses']} responses -> {out}")
+    return done
+
+
+def read_first_round(cfg: Any) -> tuple[list[dict], dict]:
+    """The pairs and facts a ``sample_only`` run saved in ``first_round_pairs``. ConfigError
+    when the folder holds no finished one, or when it sampled under other settings than
+    ``cfg``'s outside :data:`TRAINING_SETTINGS` (the model, the seed, the questions...)."""
+    folder = Path(cfg.first_round_pairs)
+    saved = read_saved(folder / FIRST_ROUND)
+    if saved is None or not (folder / "done.json").is_file():
+        raise ConfigError(
+            f"setting 'first_round_pairs': {folder} holds no finished sample_only run "
+            f"({FIRST_ROUND} and done.json)"
+        )
+    try:
+        old = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"setting 'first_round_pairs': {folder}/config.yaml: {exc}") from None
+    new = yaml.safe_load(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+    ignored = TRAINING_SETTINGS | {provenance.KEY}
+    changes = [
+        f"{key} {old[key]!r} there, {new[key]!r} here"
+        for key in sorted(set(old) & set(new))
+        if key not in ignored and old[key] != new[key]
+    ]
+    if changes:
+        raise ConfigError(
+            f"setting 'first_round_pairs': the pairs in {folder} were sampled with other "
+            f"settings: {'; '.join(changes)}"
+        )
+    return saved
 
 
 def load_pairs(cfg: Any) -> tuple[list[dict], dict[str, Any]]:

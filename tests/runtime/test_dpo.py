@@ -137,6 +137,44 @@ def _subprocess(world, out, exit_after):
     return subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
+def test_pairs_sampled_apart_train_the_run_the_trainer_would_sample(world, tmp_path, monkeypatch):
+    """sample_only saves round 1's pairs; a run reading them (first_round_pairs) logs what a
+    run sampling them itself logs, and samples round 2 itself. Pairs sampled under other
+    settings that change them (the seed, the group size) are refused, naming the setting;
+    a training setting (beta) may differ."""
+    scripted_rollouts.install(monkeypatch)
+    inline = run_trainer(dpo, DPO, world, tmp_path / "inline")
+    folder = tmp_path / "pairs"
+    assert dpo.main([*sets({**DPO, "sample_only": True, "model_path": str(world)}),
+                     "--out", str(folder)]) == 0  # fmt: skip
+    done = json.loads((folder / "done.json").read_text())
+    assert done["method"] == "dpo_pairs" and done["sampled_responses"] == 16 * 4
+    assert not (folder / "checkpoint").exists()  # nothing trained
+    records = run_trainer(
+        dpo, {**DPO, "first_round_pairs": str(folder)}, world, tmp_path / "shared"
+    )
+    assert without_time(records) == without_time(inline)
+    assert (tmp_path / "shared" / "pairs" / "round_0.jsonl").read_text() == (
+        tmp_path / "inline" / "pairs" / "round_0.jsonl"
+    ).read_text()
+    assert json.loads((tmp_path / "shared" / "done.json").read_text())["sampled_responses"] == (
+        2 * 16 * 4
+    )
+    beta = run_trainer(
+        dpo, {**DPO, "beta": 0.1, "first_round_pairs": str(folder)}, world, tmp_path / "beta"
+    )
+    assert [r for r in _train(beta) if "pairs" in r][0]["pairs"] == done["pairs"]
+    for change in ({"seed": 1}, {"group_size": 8}):
+        cfg = dpo.DPOConfig(**{**DPO, **change, "model_path": str(world),
+                               "first_round_pairs": str(folder)})  # fmt: skip
+        with pytest.raises(ConfigError, match=f"sampled with other settings: {next(iter(change))}"):
+            dpo_pairs.read_first_round(cfg)
+    with pytest.raises(ConfigError, match="no finished sample_only run"):
+        dpo_pairs.read_first_round(
+            dpo.DPOConfig(**{**DPO, "model_path": str(world), "first_round_pairs": str(tmp_path)})
+        )
+
+
 def test_killed_run_resumes_to_the_same_metrics_and_weights(world, tmp_path, monkeypatch):
     from safetensors.torch import load_file
 
@@ -168,6 +206,10 @@ def test_killed_run_resumes_to_the_same_metrics_and_weights(world, tmp_path, mon
         ({"pairs": "jsonl", "train_pairs": "x.jsonl", "n_dpo_rounds": 2}, "n_dpo_rounds"),
         ({"beta": 0.0}, "beta"),
         ({"nll_weight": -1.0}, "nll_weight"),
+        (
+            {"pairs": "jsonl", "train_pairs": "x", "n_dpo_rounds": 1, "sample_only": True},
+            "sample_only",
+        ),
         ({"batch_size": 6, "gradient_accumulation_steps": 4}, "batch_size"),
     ],
 )

@@ -23,7 +23,7 @@ from project_root import ROOT
 from snakemake_runs import BIN, SECTIONS, known_settings, planned_jobs, resources, snakemake
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-HEAVY_RULES = {"tiny_world", "zero_shot", "sft", "ei", "grpo", "leaderboard", "dpo"}
+HEAVY_RULES = {"tiny_world", "zero_shot", "sft", "ei", "grpo", "leaderboard", "dpo", "dpo_pairs"}
 GPU_RULES = (HEAVY_RULES - {"tiny_world"}) | {"eval_suite_base", "eval_suite_run"}
 
 
@@ -86,7 +86,9 @@ def test_default_study_plan_shares_the_control_and_runs_two_jobs_at_once(tmp_pat
     for job in jobs:
         by_rule.setdefault(job["rule"], []).append(job)
     assert len(by_rule["zero_shot"]) == 3
-    seeded = [j for j in jobs if j["rule"] in {"zero_shot", "sft", "ei", "grpo", "leaderboard"}]
+    seeded = [
+        j for j in jobs if j["rule"] in {"zero_shot", "sft", "ei", "grpo", "leaderboard", "dpo"}
+    ]
     assert len(seeded) == 3 * len(by_rule["seeds"])
     [summary] = by_rule["summary"]
     inputs = summary["input"].split(", ")
@@ -256,6 +258,8 @@ def test_snakefiles_are_snakefmt_formatted():
 
 
 FAMILY_METHOD = {"sft": "sft", "ei": "ei", "dpo": "dpo"}  # every other table: a GRPO family
+# Columns the workflow reads itself (common.smk, WORKFLOW_KEYS): where a DPO run starts.
+WORKFLOW_COLUMNS = {"dpo": {"init"}}
 
 
 @pytest.mark.parametrize("config", ["config", "smoke", "gpu_math", "gpu_gsm8k", "gpu_countdown"])
@@ -272,6 +276,7 @@ def test_workflow_settings_name_real_trainer_settings(config):
     for table in sorted((ROOT / cfg.get("sweeps", "workflow/config/sweeps/tiny")).glob("*.tsv")):
         columns = set(table.read_text().splitlines()[0].split("\t"))
         method = FAMILY_METHOD.get(table.stem, "grpo")
+        columns -= WORKFLOW_COLUMNS.get(method, set())
         assert columns <= known_settings(method), (table, columns - known_settings(method))
     recipe = set(cfg.get("leaderboard", {}).get("settings", {}))
     assert recipe <= known_settings("grpo"), recipe - known_settings("grpo")
@@ -327,7 +332,11 @@ def test_smoke_workflow_runs_end_to_end(tmp_path):
 
     # Every planned run finished and left the run-folder files of docs/contract.md; every run in its seed
     # folder (smoke: seed 0 only), zero-shot included; the base model once.
-    runs = [p.parent for p in results.rglob("done.json")]
+    # The dpo_pairs jobs' folders hold sampled pairs, not runs (no metrics.jsonl).
+    pair_jobs = [p.parent for p in (results / "dpo_pairs").rglob("done.json")]
+    assert len(pair_jobs) == 2  # from the SFT checkpoint and from the base
+    assert all((folder / "pairs" / "round_0.jsonl").is_file() for folder in pair_jobs)
+    runs = [p.parent for p in results.rglob("done.json") if p.parent not in pair_jobs]
     assert len(runs) >= 15
     seeded = [run for run in runs if run.name == "seed~0"]
     trained = [run for run in seeded if run.parent.name != "zero_shot"]
@@ -365,7 +374,7 @@ def test_smoke_workflow_runs_end_to_end(tmp_path):
     } <= names
     # accuracy and training per family; off-policy against time; off-policy and clip against
     # GRPO steps; methods; the leaderboard against time
-    assert len(plots) == 2 * 9 + 1 + 2 + 1 + 1
+    assert len(plots) == 2 * 10 + 1 + 2 + 1 + 1
     for plot in plots:
         assert_png(plot)
 
@@ -380,7 +389,8 @@ def test_smoke_workflow_runs_end_to_end(tmp_path):
     assert {"wall_seconds", "lr", "loss_type", "max_examples", "template"} <= columns
     assert {"n_seeds", "eval_accuracy_std", "eval_accuracy_ci95"} <= columns
     experiments = {r["experiment"] for r in rows}
-    assert {"base", "zero_shot", "sft", "ei", "grpo", "leaderboard"} <= experiments
+    assert {"base", "zero_shot", "sft", "ei", "grpo", "leaderboard", "dpo"} <= experiments
+    assert all(r["sampled_responses"] != "" for r in rows if r["experiment"] != "base")
     for row in rows:
         if row["experiment"] != "base":
             assert 0.0 <= float(row["eval_accuracy"]) <= 1.0, row
@@ -391,6 +401,10 @@ def test_smoke_workflow_runs_end_to_end(tmp_path):
     accuracy = {(r["run"], r["baseline"]): r for r in ablations if r["metric"] == "eval_accuracy"}
     assert ("grpo/lr~3e-4", "grpo/default") in accuracy
     assert ("leaderboard", "grpo/default") in accuracy and ("sft/default", "zero_shot") in accuracy
+    assert ("dpo/init~base", "dpo/default") in accuracy and (
+        "dpo/default",
+        "ei/default",
+    ) in accuracy
     row = accuracy[("sft/default", "zero_shot")]
     assert float(row["diff"]) == pytest.approx(float(row["run_mean"]) - float(row["baseline_mean"]))
     assert row["diff_ci95"] == row["clear"] == ""
@@ -442,9 +456,10 @@ def test_smoke_workflow_runs_end_to_end(tmp_path):
     ("config", "sft_run"), [("config", "default"), ("gpu_math", "filter_correct~true")]
 )
 def test_dpo_family_plans_each_seed_from_the_same_sft_seed(config, sft_run, tmp_path):
-    """The dpo family (opt-in in the tiny study, on in gpu_math): its default run and each
-    table row once per seed, seed N from the checkpoint of seed N of the leaderboard's SFT run;
-    rows equal to the defaults reuse the default run."""
+    """The dpo family: its default run and each table row once per seed, seed N from the
+    checkpoint of seed N of the leaderboard's SFT run (or from the base: init~base); rows
+    equal to the defaults reuse the default run. Round 1's pairs come from a dpo_pairs job
+    per start and seed, which every run with that start and seed reads."""
     args = ["-n", "-p", "--configfile", str(ROOT / f"workflow/config/{config}.yaml")]
     if config == "config":
         args += ["--config", "families=[sft,dpo]"]
@@ -457,10 +472,20 @@ def test_dpo_family_plans_each_seed_from_the_same_sft_seed(config, sft_run, tmp_
     assert len(jobs) == len(rows) * len(seeds)  # the first row is the defaults: one run
     out = result.stdout.splitlines()
     commands = [line[line.index("rrl dpo ") :] for line in out if "rrl dpo " in line]
+    results = f"results{'/gpu_math' if config != 'config' else ''}"
+    from_base = [j for j in jobs if "/init~base/" in j["output"]]
+    assert len(from_base) == (len(seeds) if config == "config" else 0)
+    pair_jobs = [j for j in planned_jobs(result.stdout) if j["rule"] == "dpo_pairs"]
+    assert len(pair_jobs) == len(seeds) * (2 if from_base else 1)
     for seed in seeds:
-        start = f"--set model_path=results{'/gpu_math' if config != 'config' else ''}"
-        start += f"/sft/{sft_run}/seed~{seed}/checkpoint "
-        mine = [c for c in commands if f"--set seed={seed} " in c]
+        start = f"--set model_path={results}/sft/{sft_run}/seed~{seed}/checkpoint "
+        mine = [c for c in commands if f"--set seed={seed} " in c and "init~base" not in c]
         assert mine and all(start in c for c in mine), mine
+        pairs = f"{results}/dpo_pairs/default/seed~{seed}"
+        runs = [c for c in mine if "sample_only" not in c]
+        assert runs and all(f"'first_round_pairs={pairs}'" in c for c in runs), runs
+        assert [c for c in mine if "sample_only=true" in c and f"--out {pairs} " in c]
+    for command in (c for c in commands if "init~base" in c):
+        assert "--set model_path=workflow/resources/tiny_world " in command, command
     if config == "gpu_math":
         assert all(resources(j).get("gpu") == "1" for j in jobs)

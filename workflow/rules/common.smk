@@ -144,10 +144,17 @@ def parse_variant(variant):
     return dict(part.split("~", 1) for part in variant.split("/"))
 
 
+# Columns of a sweep table that the workflow reads itself instead of passing them to the
+# command, with their default: a DPO run's `init` (where it starts and its first pairs are
+# sampled: `sft`, the checkpoint of the leaderboard's SFT run, or `base`).
+WORKFLOW_KEYS = {"dpo": {"init": "sft"}}
+DPO_INITS = ("sft", "base")
+
+
 def canonical_variant(method, pattern):
     """Paramspace instance pattern -> run variant: sorted keys, empty cells and settings
     equal to the method's defaults dropped; 'default' when nothing is left."""
-    defaults = METHOD_SETTINGS[method]
+    defaults = {**METHOD_SETTINGS[method], **WORKFLOW_KEYS.get(method, {})}
     parts = []
     for key, text in sorted(parse_variant(pattern).items()):
         if text.strip() == "":
@@ -227,7 +234,7 @@ FAMILY_INFO = {
     "grpo_offpolicy": ("grpo", "off-policy GRPO: epochs per rollout batch x train batch size"),
     "grpo_clip": ("grpo", "GRPO-Clip against GRPO-No-Clip (off-policy)"),
     "grpo_prompt": ("grpo", "r1_zero against question_only prompt and reward"),
-    "dpo": ("dpo", "DPO on verified pairs from the SFT checkpoint: beta, NLL weight, rounds"),
+    "dpo": ("dpo", "DPO on verified pairs from the SFT checkpoint and the base: beta, NLL, rounds"),
 }
 FAMILIES = [name for name in FAMILY_INFO if name in config["families"]]
 # Families whose accuracy is also drawn against wall-clock time.
@@ -242,6 +249,12 @@ def family_variants(family):
     """Run variants of a family: the default run (its control) first, then the table's rows."""
     method = FAMILY_INFO[family][0]
     rows = [canonical_variant(method, p) for p in sweep(family).instance_patterns]
+    for row in rows:
+        init = parse_variant(row).get("init", "sft")
+        if method == "dpo" and init not in DPO_INITS:
+            raise ValueError(
+                f"{SWEEPS_DIR / family}.tsv: column 'init': {init!r} is neither of {DPO_INITS}"
+            )
     return _unique(["default"] + rows)
 
 
@@ -283,12 +296,17 @@ LEADERBOARD_STARTS_FROM_SFT = (
     "leaderboard" in config["families"] and config["leaderboard"].get("init", "sft") == "sft"
 )
 
+DPO_STARTS_FROM_SFT = "dpo" in FAMILIES and any(
+    parse_variant(run.removeprefix(f"{R}/dpo/")).get("init", "sft") == "sft"
+    for run in FAMILY_RUNS["dpo"]
+)
+
 ALL_RUNS = _unique(
     ([f"{R}/base"] if BUILD_BASE else [])
     + METHOD_RUNS
     + [run for family in FAMILIES for run in FAMILY_RUNS[family]]
     + ([f"{R}/sft/{LEADERBOARD_SFT_RUN}"] if LEADERBOARD_STARTS_FROM_SFT else [])
-    + ([f"{R}/sft/{LEADERBOARD_SFT_RUN}"] if "dpo" in FAMILIES else [])
+    + ([f"{R}/sft/{LEADERBOARD_SFT_RUN}"] if DPO_STARTS_FROM_SFT else [])
 )
 
 # Run folders built once (no seed folders); every other run is run once per seed.
@@ -447,9 +465,70 @@ def leaderboard_init(wildcards):
 
 
 def dpo_init(wildcards):
-    """done.json of the SFT run a DPO run's seed starts from: the leaderboard recipe's start
-    (`leaderboard.sft_run`, same seed) whatever `leaderboard.init` says."""
+    """done.json of the SFT run a DPO run's (or its first pairs') seed starts from: the
+    leaderboard recipe's start (`leaderboard.sft_run`, same seed) whatever `leaderboard.init`
+    says; none (the base model) for a variant with init~base."""
+    if parse_variant(wildcards.variant).get("init", "sft") == "base":
+        return []
     return [leaderboard_sft_seed(wildcards)]
+
+
+def dpo_variant_args(wildcards):
+    """--set arguments of a DPO variant, without the keys the workflow reads (`init`)."""
+    keys = WORKFLOW_KEYS["dpo"]
+    return " ".join(
+        f"--set {shlex.quote(f'{key}={value}')}"
+        for key, value in parse_variant(wildcards.variant).items()
+        if key not in keys
+    )
+
+
+# ---- DPO's first-round pairs (rule dpo_pairs) ------------------------------------------------
+# Round 1's verified pairs of a DPO run are sampled by their own job from the model the run
+# starts from, into {R}/dpo_pairs/{pairs variant}/seed~N: the run's variant without the
+# settings that only change how it trains (reasoning_core.runtime.dpo_pairs.TRAINING_SETTINGS),
+# so runs that differ in beta, the NLL weight or the rounds train on the same first pairs.
+# Later rounds sample from the policy the round before trained, inside the run.
+
+
+def _dpo_training_settings():
+    from reasoning_core.runtime.dpo_pairs import TRAINING_SETTINGS
+
+    return TRAINING_SETTINGS
+
+
+DPO_TRAINING_SETTINGS = _dpo_training_settings()
+
+
+def dpo_pairs_variant(variant):
+    """The pairs folder's variant of DPO run variant `variant` (see above)."""
+    parts = [
+        f"{key}~{value}"
+        for key, value in parse_variant(variant).items()
+        if key not in DPO_TRAINING_SETTINGS
+    ]
+    return posixpath.join(*parts) if parts else "default"
+
+
+def dpo_samples_pairs(variant):
+    """Does a DPO variant train on verified pairs (which the dpo_pairs rule samples)?"""
+    pairs = parse_variant(variant).get("pairs", METHOD_SETTINGS["dpo"].get("pairs", "verified"))
+    return pairs == "verified"
+
+
+def dpo_pairs_done(wildcards):
+    """done.json of the first-round pairs a DPO run reads (none without verified pairs)."""
+    if not dpo_samples_pairs(wildcards.variant):
+        return []
+    folder = dpo_pairs_variant(wildcards.variant)
+    return [f"{R}/dpo_pairs/{folder}/seed~{wildcards.seed}/done.json"]
+
+
+def dpo_first_round_args(wildcards, input):
+    """--set first_round_pairs=<the dpo_pairs job's folder> (nothing without one)."""
+    if not input.pairs:
+        return ""
+    return set_args({"first_round_pairs": str(Path(input.pairs[0]).parent)})
 
 
 def seed_done(wildcards):

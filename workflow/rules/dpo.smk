@@ -1,6 +1,42 @@
 # DPO on verified pairs: the default run and every row of the `dpo` table (beta, NLL weight,
-# rounds). Seed N of each starts from the checkpoint of seed N of the SFT run
-# `leaderboard.sft_run`, where the leaderboard recipe starts. Opt-in: add `dpo` to `families`.
+# rounds, init~base). Seed N of each starts from the checkpoint of seed N of the SFT run
+# `leaderboard.sft_run`, where the leaderboard recipe starts, or from the base (init~base).
+# Round 1's pairs come from rule dpo_pairs (common.smk, "DPO's first-round pairs"); rounds 2
+# and later are sampled by the run from the policy the round before trained.
+
+
+# Round 1's verified pairs: G responses to each of `dpo_questions` training questions sampled
+# from the model the runs start from with the rollout engine, graded, correct paired with
+# incorrect (`rrl dpo --set sample_only=true`), once per seed for every DPO run that shares
+# the start and the sampling settings.
+rule dpo_pairs:
+    input:
+        methods=METHODS_FILE,
+        base=base_model_input(),
+        init=dpo_init,
+    output:
+        done=f"{R}/dpo_pairs/{{variant}}/seed~{{seed}}/done.json",
+    log:
+        f"{R}/logs/dpo_pairs/{{variant}}/seed~{{seed}}.log",
+    benchmark:
+        f"{R}/benchmarks/dpo_pairs/{{variant}}/seed~{{seed}}.tsv"
+    wildcard_constraints:
+        variant=VARIANT_REGEX,
+        seed=SEED_REGEX,
+    conda:
+        "../envs/rrl.yaml"
+    threads: THREADS
+    resources:
+        gpu=GPUS,
+    params:
+        out=run_dir,
+        model=init_model,
+        settings=command_settings("dpo"),
+        variant=dpo_variant_args,
+    shell:
+        "rrl dpo --config {input.methods} --set model_path={params.model} {params.settings} "
+        "{params.variant} --set seed={wildcards.seed} --set sample_only=true "
+        "--out {params.out} > {log} 2>&1"
 
 
 rule dpo:
@@ -8,6 +44,7 @@ rule dpo:
         methods=METHODS_FILE,
         base=base_model_input(),
         init=dpo_init,
+        pairs=dpo_pairs_done,
     output:
         done=f"{R}/dpo/{{variant}}/seed~{{seed}}/done.json",
     log:
@@ -26,7 +63,9 @@ rule dpo:
         out=run_dir,
         model=init_model,
         settings=command_settings("dpo"),
-        variant=variant_args,
+        variant=dpo_variant_args,
+        pairs=dpo_first_round_args,
     shell:
         "rrl dpo --config {input.methods} --set model_path={params.model} {params.settings} "
-        "{params.variant} --set seed={wildcards.seed} --out {params.out} > {log} 2>&1"
+        "{params.variant} {params.pairs} --set seed={wildcards.seed} --out {params.out} "
+        "> {log} 2>&1"

@@ -7,7 +7,9 @@ writes ``ablations.tsv``, one row per (metric, run, baseline) comparison:
   against ``grpo/default``);
 - the ``leaderboard`` against ``grpo/default`` (GRPO from the SFT checkpoint against GRPO from
   the base);
-- ``dpo/default`` (DPO on verified pairs) against ``ei/default`` and ``grpo/default``;
+- ``dpo/default`` (DPO on verified pairs from the SFT checkpoint) against ``sft/default``
+  (where it starts), ``ei/default`` and ``grpo/default``; ``dpo/init~base`` (from the base)
+  against ``ei/default`` and ``grpo/default``, which start there too;
 - every trained run against ``zero_shot`` (its seeds; a ``zero_shot`` folder without seeds,
   one evaluation, is taken as a constant).
 
@@ -40,8 +42,15 @@ from reasoning_core.runtime.report.table import write_summary
 
 ZERO_SHOT = "zero_shot"
 LEADERBOARD = ("leaderboard", "grpo/default")
-# DPO on verified pairs (from the SFT checkpoint) against the other methods' default runs.
-DPO_AGAINST = (("dpo/default", "ei/default"), ("dpo/default", "grpo/default"))
+# DPO on verified pairs (from the SFT checkpoint; from the base) against the other methods'
+# default runs.
+DPO_AGAINST = (
+    ("dpo/default", "sft/default"),
+    ("dpo/default", "ei/default"),
+    ("dpo/default", "grpo/default"),
+    ("dpo/init~base", "ei/default"),
+    ("dpo/init~base", "grpo/default"),
+)
 COLUMNS = (
     "metric",
     "run",

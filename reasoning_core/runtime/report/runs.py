@@ -107,12 +107,23 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
+def folder_settings(run: str | Path) -> dict[str, str]:
+    """The ``key~value`` parts of a run's folder path (``dpo/init~base`` -> ``{"init": "base"}``),
+    seed folders left out."""
+    parts = [p for p in Path(run).parts if "~" in p and not p.startswith("seed~")]
+    return dict(p.split("~", 1) for p in parts)
+
+
 def run_labels(runs: Sequence[str | Path], keys: Sequence[str]) -> list[str]:
     """Label each run by ``key=value`` for those of ``keys`` whose resolved values (from the
-    runs' ``config.yaml``, :func:`config_file`) differ between the runs; a run folder named ``default`` (the
-    method's default settings) says so. Runs that still share a label get their folder name."""
+    runs' ``config.yaml``, :func:`config_file`; for a key the configuration lacks, such as a
+    setting the workflow reads itself, the run folder's ``key~value``, else ``-``) differ
+    between the runs; a run folder named ``default`` (the method's default settings) says so.
+    Runs that still share a label get their folder name."""
     configs = [read_yaml(config_file(r)) for r in runs]
-    values = {k: [format_value(c[k]) if k in c else "-" for c in configs] for k in keys}
+    folders = [folder_settings(r) for r in runs]
+    pairs = list(zip(configs, folders, strict=True))
+    values = {k: [format_value(c[k]) if k in c else f.get(k, "-") for c, f in pairs] for k in keys}
     varied = [k for k in keys if len(runs) == 1 or len(set(values[k])) > 1]
     labels = []
     for i, run in enumerate(runs):
@@ -178,6 +189,31 @@ def folder_finals(folder: str | Path) -> dict[str, Any]:
     out["eval_examples"] = last_eval.get("num_examples")
     out["wall_seconds"] = (done or (records[-1] if records else {})).get("time/elapsed")
     return out
+
+
+def sampled_responses(folder: str | Path) -> int | None:
+    """How many responses a run sampled to train on, from its committed files: DPO's count
+    (``sampled_responses`` of its ``done`` line); EI's rollouts, ``ei_batch_size`` questions
+    times ``group_size`` per iteration (its train lines with ``kept``); GRPO's,
+    ``rollout_batch_size`` per rollout batch (its distinct ``grpo_step`` values); 0 for a run
+    that samples none (SFT trains on its data; a zero-shot evaluation). None without a
+    ``metrics.jsonl``. The evaluations' samples are not counted: every run has the same."""
+    folder = Path(folder)
+    records = read_metrics(folder)
+    if not records:
+        return None
+    done = next((r for r in reversed(records) if r.get("split") == "done"), {})
+    if "sampled_responses" in done:
+        return int(done["sampled_responses"])
+    train = [r for r in records if r.get("split") == "train"]
+    config = read_yaml(folder / "config.yaml")
+    iterations = sum(1 for r in train if "kept" in r)
+    if iterations:
+        return iterations * int(config["ei_batch_size"]) * int(config["group_size"])
+    batches = len({r["grpo_step"] for r in train if "grpo_step" in r})
+    if batches:
+        return batches * int(config["rollout_batch_size"])
+    return 0
 
 
 # Folders that never hold a run's metrics.jsonl: not searched by find_runs.

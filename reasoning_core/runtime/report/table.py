@@ -10,7 +10,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from reasoning_core.runtime.report.runs import find_runs, folder_finals, read_yaml, seed_runs
+from reasoning_core.runtime.report.runs import (
+    find_runs,
+    folder_finals,
+    read_yaml,
+    sampled_responses,
+    seed_runs,
+)
 from reasoning_core.runtime.report.seeds import SEED_METRICS, mean_std_ci95
 
 SUMMARY_METRICS = ("eval_accuracy", "eval_format_reward", "eval_examples", "wall_seconds")
@@ -22,6 +28,10 @@ SUMMARY_COUNTS = {
     "kept_examples": "filtered_examples",
     "train_examples": "train_examples",
 }
+# Every row's count of the responses its run sampled to train on (runs.sampled_responses:
+# EI's and GRPO's rollouts, DPO's pair sampling, 0 for SFT and zero-shot), so that methods are
+# compared at the sampling budget they spent.
+SAMPLED = "sampled_responses"
 # Columns of the runs across seeds (present when any run has seed~<N> folders): the spread of
 # the final values on the row whose `seed` is MEAN_ROW, and how many seeds it spans.
 SPREAD_COLUMNS = tuple(f"{m}_{stat}" for m in SEED_METRICS for stat in ("std", "ci95"))
@@ -52,6 +62,7 @@ def _row_values(folder: Path) -> dict[str, Any]:
     final = folder_finals(folder)
     values = {name: final.get(name) for name in SUMMARY_METRICS}
     values.update({name: final.get(key) for name, key in SUMMARY_COUNTS.items()})
+    values[SAMPLED] = sampled_responses(folder)
     return values
 
 
@@ -59,7 +70,7 @@ def _mean_row(seed_rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The row of a run across seeds: the mean of every numeric column over the seeds that
     have it, the std and 95% half-width of the final accuracy and format reward."""
     row: dict[str, Any] = {"seed": MEAN_ROW, "n_seeds": len(seed_rows)}
-    for name in (*SUMMARY_METRICS, *SUMMARY_COUNTS):
+    for name in (*SUMMARY_METRICS, *SUMMARY_COUNTS, SAMPLED):
         stats = mean_std_ci95([r[name] for r in seed_rows if r[name] is not None])
         row[name] = stats["mean"]
         if name in SEED_METRICS:
@@ -116,6 +127,7 @@ def summary_rows(
         *(["seed"] if seeded else []),
         *keys,
         *SUMMARY_METRICS,
+        SAMPLED,
         *counts,
         *spread,
     ]

@@ -73,11 +73,16 @@ def test_comparisons_pair_each_ablation_with_its_default():
 
 
 def test_dpo_is_compared_with_its_default_and_with_ei_and_grpo():
-    runs = ["zero_shot", "ei/default", "grpo/default", "dpo/default", "dpo/beta~0.5"]
+    runs = ["zero_shot", "sft/default", "ei/default", "grpo/default", "dpo/default"]
+    runs += ["dpo/beta~0.5", "dpo/init~base"]
     pairs = comparisons(runs)
-    assert ("dpo/beta~0.5", "dpo/default") in pairs
+    assert ("dpo/beta~0.5", "dpo/default") in pairs and ("dpo/init~base", "dpo/default") in pairs
     assert ("dpo/default", "ei/default") in pairs and ("dpo/default", "grpo/default") in pairs
+    assert ("dpo/default", "sft/default") in pairs  # against the checkpoint it starts from
+    # DPO from the base against the methods that start there too.
+    assert ("dpo/init~base", "ei/default") in pairs and ("dpo/init~base", "grpo/default") in pairs
     assert ("dpo/beta~0.5", "ei/default") not in pairs
+    assert ("dpo/init~base", "sft/default") not in pairs
     # Without the other methods' runs, only the family's own and the zero-shot comparisons.
     alone = comparisons(["zero_shot", "dpo/default", "dpo/beta~0.5"])
     assert {base for _, base in alone} == {"dpo/default", "zero_shot"}

@@ -119,6 +119,9 @@ def test_plot_curves_writes_a_readable_png_with_labels_from_config(tmp_path, cap
     # labels name only the settings that differ between the runs
     assert report.run_labels([a, b], ["lr", "loss_type"]) == ["lr=0.0001 (default)", "lr=3e-05"]
     assert report.run_labels([a, b], ["loss_type"]) == ["default", "lr~3e-05"]
+    # A key no configuration holds (one the workflow reads itself) comes from the folder name.
+    c = make_run(tmp_path / "dpo" / "init~base", lr=1e-4, accuracies=[0.1])
+    assert report.run_labels([a, c], ["lr", "init"]) == ["init=- (default)", "init=base"]
 
 
 def test_plot_against_wall_clock_and_final_bars(tmp_path):
@@ -201,6 +204,7 @@ def test_summary_has_one_row_per_run_and_one_column_per_varied_setting(tmp_path)
         "eval_format_reward",
         "eval_examples",
         "wall_seconds",
+        "sampled_responses",
     ]
     by_run = {r["run"]: r for r in rows}
     assert set(by_run) == {
@@ -261,13 +265,46 @@ def test_summary_records_how_many_sft_examples_the_filter_kept(tmp_path):
     out = results / "summary.tsv"
     assert rrl(["summary", "--out", str(out)]) == 0
     header = out.read_text().splitlines()[0].split("\t")
-    assert header[-5:] == ["eval_examples", "wall_seconds", *report.SUMMARY_COUNTS]
+    assert header[-6:] == ["eval_examples", "wall_seconds", "sampled_responses",
+                           *report.SUMMARY_COUNTS]  # fmt: skip
     by_run = {r["run"]: r for r in read_tsv(out)}
     row = by_run["sft/filter_correct~true"]
     assert (row["pool_examples"], row["kept_examples"], row["train_examples"]) == ("20", "17", "17")
     row = by_run["sft/default"]
     assert (row["pool_examples"], row["kept_examples"], row["train_examples"]) == ("20", "", "20")
     assert by_run["grpo/default"]["pool_examples"] == ""
+
+
+def test_summary_counts_the_responses_each_method_sampled_to_train(tmp_path):
+    """sampled_responses: EI's rollouts (questions x group size per iteration), GRPO's
+    (rollout batch size per rollout batch), DPO's count from its done line, 0 for SFT and
+    zero-shot; the mean row averages the seeds."""
+    results = tmp_path / "results"
+    sft = make_run(results / "sft" / "default", lr=1e-4, accuracies=[0.2])
+    zero = make_run(results / "zero_shot", lr=0.0, accuracies=[0.1])
+    ei = make_run(results / "ei" / "default", lr=1e-4, accuracies=[0.3])
+    (ei / "config.yaml").write_text(yaml.safe_dump({"ei_batch_size": 16, "group_size": 4}))
+    grpo = make_run(results / "grpo" / "default", lr=1e-4, accuracies=[0.4])
+    (grpo / "config.yaml").write_text(yaml.safe_dump({"rollout_batch_size": 32}))
+    for run, extra in (
+        (ei, [{"split": "train", "ei_step": i, "kept": 5} for i in (1, 2, 3)]),
+        (grpo, [{"split": "train", "grpo_step": i // 2} for i in range(2, 12)]),  # 5 batches
+    ):
+        lines = [json.dumps({"step": 0, **line}) for line in extra]
+        text = (run / "metrics.jsonl").read_text()
+        (run / "metrics.jsonl").write_text("\n".join(lines) + "\n" + text)
+    for seed, count in ((0, 2048), (1, 1024)):
+        dpo = make_run(results / "dpo" / "default" / f"seed~{seed}", lr=1e-5, accuracies=[0.5])
+        add_to_done_line(dpo, {"sampled_responses": count})
+    out = results / "summary.tsv"
+    assert rrl(["summary", "--out", str(out)]) == 0
+    got = {(r["run"], r["seed"]): r["sampled_responses"] for r in read_tsv(out)}
+    assert got[("ei/default", "")] == str(3 * 16 * 4)
+    assert got[("grpo/default", "")] == str(5 * 32)
+    assert got[("dpo/default", "0")] == "2048" and got[("dpo/default", "mean")] == "1536"
+    assert got[("sft/default", "")] == got[("zero_shot", "")] == "0"
+    assert report.sampled_responses(sft) == report.sampled_responses(zero) == 0
+    assert report.sampled_responses(tmp_path / "nothing") is None
 
 
 def test_summary_reads_metrics_alone_and_orders_runs_by_experiment(tmp_path):

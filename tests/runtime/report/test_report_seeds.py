@@ -143,6 +143,7 @@ def test_summary_has_a_row_per_seed_and_a_mean_row_per_run(tmp_path):
         "eval_format_reward",
         "eval_examples",
         "wall_seconds",
+        "sampled_responses",
         "pool_examples",
         "kept_examples",
         "train_examples",
