@@ -21,7 +21,7 @@ rule eval_suite_base:
     resources:
         gpu=GPUS,
     params:
-        out=lambda wildcards, output: str(Path(output.done).parent),
+        out=run_dir,
         model=base_model,
         templates=EVAL_SUITE_BASE_TEMPLATES,
         settings=EVAL_SUITE_SETTINGS,
@@ -47,8 +47,8 @@ rule eval_suite_run:
     resources:
         gpu=GPUS,
     params:
-        out=lambda wildcards, output: str(Path(output.done).parent),
-        model=lambda wildcards, input: str(Path(input.done).parent / "checkpoint"),
+        out=run_dir,
+        model=done_checkpoint,
         templates=EVAL_SUITE_RUN_TEMPLATES,
         settings=EVAL_SUITE_SETTINGS,
     shell:
