@@ -574,34 +574,3 @@ def sft_settings():
 def sft_data_limit():
     limit = config.get("sft_data_limit")
     return f"--limit {int(limit)}" if limit else ""
-
-
-# ---- the evaluation suite (rules in eval_suite.smk) ---------------------------------------
-# `eval_suite.enabled` (the GPU configurations) adds the suite on the base model and on the
-# final checkpoint (first seed) of each run of `eval_suite.runs` that the study has.
-
-
-EVAL_SUITE = config.get("eval_suite", {})
-EVAL_SUITE_ON = bool(EVAL_SUITE.get("enabled", False))
-EVAL_SUITE_RUNS = [
-    run
-    for run in EVAL_SUITE.get(
-        "runs",
-        ["sft/default", "sft/filter_correct~true", "ei/default", "grpo/default", "leaderboard"],
-    )
-    if f"{R}/{run}" in ALL_RUNS
-]
-EVAL_SUITE_TARGETS = (
-    [f"{R}/eval_suite/base/done.json"]
-    + [f"{R}/eval_suite/{run}/done.json" for run in EVAL_SUITE_RUNS]
-    if EVAL_SUITE_ON
-    else []
-)
-EVAL_SUITE_SETTINGS = set_args(EVAL_SUITE.get("settings", {"protocol": "paper"}))
-EVAL_SUITE_RUN_REGEX = "|".join(re.escape(run) for run in EVAL_SUITE_RUNS) or "none"
-
-
-EVAL_SUITE_BASE_TEMPLATES = set_args(
-    {"templates": EVAL_SUITE.get("base_templates", ["r1_zero", "question_only", "qwen_math"])}
-)
-EVAL_SUITE_RUN_TEMPLATES = set_args({"templates": EVAL_SUITE.get("run_templates", ["r1_zero"])})
