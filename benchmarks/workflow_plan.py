@@ -27,12 +27,10 @@ def plan(configfile: Path, extra: list[str]) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         # The default configuration names the shipped base relative to the working directory.
         (Path(tmp) / "workflow").symlink_to(ROOT / "workflow")
-        result = subprocess.run(
-            [SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", tmp,
-             "--configfile", str(configfile), "-n", "-p", "--cores", "2", *extra],
-            cwd=ROOT, capture_output=True, text=True,
-            env=dict(os.environ, OMP_NUM_THREADS="1"),
-        )
+        command = [SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", tmp]
+        command += ["--configfile", str(configfile), "-n", "-p", "--cores", "2", *extra]
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
     if result.returncode != 0:
         raise SystemExit(f"{configfile}: snakemake failed\n{result.stderr}{result.stdout}")
     text = result.stdout.replace(tmp, "<workdir>").replace(str(ROOT), "<root>")
@@ -53,8 +51,9 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     configs = sorted((ROOT / "workflow/config").glob("*.yaml"))
     runs = [(c.stem, c, []) for c in configs]
-    runs.append(("config_build_base", ROOT / "workflow/config/config.yaml",
-                 ["--config", "model_path=null"]))
+    runs.append(
+        ("config_build_base", ROOT / "workflow/config/config.yaml", ["--config", "model_path=null"])
+    )
     for name, configfile, extra in runs:
         (out / f"{name}.txt").write_text(plan(configfile, extra))
         print(name, flush=True)
