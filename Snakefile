@@ -52,7 +52,7 @@ include: "workflow/rules/eval_suite.smk"
 rule all:
     default_target: True
     input:
-        summary=f"{R}/summary.tsv",
-        ablations=f"{R}/ablations.tsv",
+        summary=rules.summary.output.tsv,
+        ablations=rules.ablations.output.tsv,
         plots=ALL_PLOTS,
         eval_suite=EVAL_SUITE_TARGETS,

@@ -400,7 +400,7 @@ if GPUS:
 def base_model_input():
     """The tiny world's done.json when the study builds its base model, the shipped base's
     weights when `model_path` is that folder, else nothing."""
-    return [f"{R}/base/done.json"] if BUILD_BASE else SHIPPED_BASE_FILES
+    return [rules.tiny_world.output.done] if BUILD_BASE else SHIPPED_BASE_FILES
 
 
 def base_model(wildcards, input):
@@ -420,6 +420,21 @@ def init_model(wildcards, input):
 def run_dir(wildcards, output):
     """A run's folder: the one holding its done.json."""
     return str(Path(output.done).parent)
+
+
+def run_folder(wildcards):
+    """{R}/{run}: the run folder a rule with wildcard `run` reads."""
+    return f"{R}/{wildcards.run}"
+
+
+def runs_folder(wildcards, input):
+    """The run folder above the seed folders of input `runs`."""
+    return Path(input.runs[0]).parent.parent
+
+
+def done_checkpoint(wildcards, input):
+    """The checkpoint folder beside input `done` (a run's done.json)."""
+    return str(Path(input.done).parent / "checkpoint")
 
 
 def variant_args(wildcards):
@@ -453,7 +468,7 @@ def family_panels(wildcards):
 
 def leaderboard_sft_seed(wildcards):
     """done.json of the same seed of SFT run `leaderboard.sft_run`."""
-    return f"{R}/sft/{LEADERBOARD_SFT_RUN}/seed~{wildcards.seed}/done.json"
+    return expand(rules.sft.output.done, variant=LEADERBOARD_SFT_RUN, seed=wildcards.seed)[0]
 
 
 def leaderboard_init(wildcards):
@@ -521,7 +536,7 @@ def dpo_pairs_done(wildcards):
     if not dpo_samples_pairs(wildcards.variant):
         return []
     folder = dpo_pairs_variant(wildcards.variant)
-    return [f"{R}/dpo_pairs/{folder}/seed~{wildcards.seed}/done.json"]
+    return expand(rules.dpo_pairs.output.done, variant=folder, seed=wildcards.seed)
 
 
 def dpo_first_round_args(wildcards, input):
@@ -531,6 +546,11 @@ def dpo_first_round_args(wildcards, input):
     return set_args({"first_round_pairs": str(Path(input.pairs[0]).parent)})
 
 
+def dpo_run_args(wildcards, input):
+    """--set arguments of a DPO run: its variant's, then where its first-round pairs are."""
+    return f"{dpo_variant_args(wildcards)} {dpo_first_round_args(wildcards, input)}"
+
+
 def seed_done(wildcards):
     """done.json of every seed of run folder {R}/{run} (input of its seeds.json)."""
     return run_done(f"{R}/{wildcards.run}")
@@ -538,6 +558,8 @@ def seed_done(wildcards):
 
 def sft_data_input():
     """The SFT data file every SFT job reads, when the study names or builds one."""
+    if SFT_DATA_BUILT:
+        return [rules.sft_data.output.jsonl]
     return [SFT_DATA] if SFT_DATA else []
 
 
@@ -552,34 +574,3 @@ def sft_settings():
 def sft_data_limit():
     limit = config.get("sft_data_limit")
     return f"--limit {int(limit)}" if limit else ""
-
-
-# ---- the evaluation suite (rules in eval_suite.smk) ---------------------------------------
-# `eval_suite.enabled` (the GPU configurations) adds the suite on the base model and on the
-# final checkpoint (first seed) of each run of `eval_suite.runs` that the study has.
-
-
-EVAL_SUITE = config.get("eval_suite", {})
-EVAL_SUITE_ON = bool(EVAL_SUITE.get("enabled", False))
-EVAL_SUITE_RUNS = [
-    run
-    for run in EVAL_SUITE.get(
-        "runs",
-        ["sft/default", "sft/filter_correct~true", "ei/default", "grpo/default", "leaderboard"],
-    )
-    if f"{R}/{run}" in ALL_RUNS
-]
-EVAL_SUITE_TARGETS = (
-    [f"{R}/eval_suite/base/done.json"]
-    + [f"{R}/eval_suite/{run}/done.json" for run in EVAL_SUITE_RUNS]
-    if EVAL_SUITE_ON
-    else []
-)
-EVAL_SUITE_SETTINGS = set_args(EVAL_SUITE.get("settings", {"protocol": "paper"}))
-EVAL_SUITE_RUN_REGEX = "|".join(re.escape(run) for run in EVAL_SUITE_RUNS) or "none"
-
-
-EVAL_SUITE_BASE_TEMPLATES = set_args(
-    {"templates": EVAL_SUITE.get("base_templates", ["r1_zero", "question_only", "qwen_math"])}
-)
-EVAL_SUITE_RUN_TEMPLATES = set_args({"templates": EVAL_SUITE.get("run_templates", ["r1_zero"])})

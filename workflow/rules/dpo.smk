@@ -39,7 +39,7 @@ rule dpo_pairs:
         "--out {params.out} > {log} 2>&1"
 
 
-rule dpo:
+use rule grpo as dpo with:
     input:
         methods=METHODS_FILE,
         base=base_model_input(),
@@ -51,21 +51,9 @@ rule dpo:
         f"{R}/logs/dpo/{{variant}}/seed~{{seed}}.log",
     benchmark:
         f"{R}/benchmarks/dpo/{{variant}}/seed~{{seed}}.tsv"
-    wildcard_constraints:
-        variant=VARIANT_REGEX,
-        seed=SEED_REGEX,
-    conda:
-        "../envs/rrl.yaml"
-    threads: THREADS
-    resources:
-        gpu=GPUS,
     params:
+        command="dpo",
         out=run_dir,
         model=init_model,
         settings=command_settings("dpo"),
-        variant=dpo_variant_args,
-        pairs=dpo_first_round_args,
-    shell:
-        "rrl dpo --config {input.methods} --set model_path={params.model} {params.settings} "
-        "{params.variant} {params.pairs} --set seed={wildcards.seed} --out {params.out} "
-        "> {log} 2>&1"
+        variant=dpo_run_args,

@@ -6,6 +6,32 @@
 # Off unless `eval_suite.enabled` (the GPU configurations); the default CPU study never runs it.
 
 
+EVAL_SUITE = config.get("eval_suite", {})
+EVAL_SUITE_ON = bool(EVAL_SUITE.get("enabled", False))
+EVAL_SUITE_RUNS = [
+    run
+    for run in EVAL_SUITE.get(
+        "runs",
+        ["sft/default", "sft/filter_correct~true", "ei/default", "grpo/default", "leaderboard"],
+    )
+    if f"{R}/{run}" in ALL_RUNS
+]
+EVAL_SUITE_TARGETS = (
+    [f"{R}/eval_suite/base/done.json"]
+    + [f"{R}/eval_suite/{run}/done.json" for run in EVAL_SUITE_RUNS]
+    if EVAL_SUITE_ON
+    else []
+)
+EVAL_SUITE_SETTINGS = set_args(EVAL_SUITE.get("settings", {"protocol": "paper"}))
+EVAL_SUITE_RUN_REGEX = "|".join(re.escape(run) for run in EVAL_SUITE_RUNS) or "none"
+
+
+EVAL_SUITE_BASE_TEMPLATES = set_args(
+    {"templates": EVAL_SUITE.get("base_templates", ["r1_zero", "question_only", "qwen_math"])}
+)
+EVAL_SUITE_RUN_TEMPLATES = set_args({"templates": EVAL_SUITE.get("run_templates", ["r1_zero"])})
+
+
 rule eval_suite_base:
     input:
         base=base_model_input(),
@@ -21,7 +47,7 @@ rule eval_suite_base:
     resources:
         gpu=GPUS,
     params:
-        out=lambda wildcards, output: str(Path(output.done).parent),
+        out=run_dir,
         model=base_model,
         templates=EVAL_SUITE_BASE_TEMPLATES,
         settings=EVAL_SUITE_SETTINGS,
@@ -47,8 +73,8 @@ rule eval_suite_run:
     resources:
         gpu=GPUS,
     params:
-        out=lambda wildcards, output: str(Path(output.done).parent),
-        model=lambda wildcards, input: str(Path(input.done).parent / "checkpoint"),
+        out=run_dir,
+        model=done_checkpoint,
         templates=EVAL_SUITE_RUN_TEMPLATES,
         settings=EVAL_SUITE_SETTINGS,
     shell:

@@ -3,7 +3,7 @@
 # runs change; the default run is their shared control, trained once.
 
 
-rule grpo:
+use rule sft as grpo with:
     input:
         methods=METHODS_FILE,
         base=base_model_input(),
@@ -13,29 +13,19 @@ rule grpo:
         f"{R}/logs/grpo/{{variant}}/seed~{{seed}}.log",
     benchmark:
         f"{R}/benchmarks/grpo/{{variant}}/seed~{{seed}}.tsv"
-    wildcard_constraints:
-        variant=VARIANT_REGEX,
-        seed=SEED_REGEX,
-    conda:
-        "../envs/rrl.yaml"
-    threads: THREADS
-    resources:
-        gpu=GPUS,
     params:
+        command="grpo",
         out=run_dir,
         model=base_model,
         settings=command_settings("grpo"),
         variant=variant_args,
-    shell:
-        "rrl grpo --config {input.methods} --set model_path={params.model} {params.settings} "
-        "{params.variant} --set seed={wildcards.seed} --out {params.out} > {log} 2>&1"
 
 
 # The leaderboard recipe: GRPO with the settings of `leaderboard.settings`, its seed N started
 # from the checkpoint of seed N of the SFT run `leaderboard.sft_run` (`leaderboard.init: sft`;
 # the default run unless the configuration names another, e.g. the filtered one) or from the
 # base model.
-rule leaderboard:
+use rule grpo as leaderboard with:
     input:
         methods=METHODS_FILE,
         base=base_model_input(),
@@ -48,16 +38,9 @@ rule leaderboard:
         f"{R}/benchmarks/leaderboard/seed~{{seed}}.tsv"
     wildcard_constraints:
         seed=SEED_REGEX,
-    conda:
-        "../envs/rrl.yaml"
-    threads: THREADS
-    resources:
-        gpu=GPUS,
     params:
+        command="grpo",
         out=run_dir,
         model=init_model,
         settings=command_settings("grpo"),
-        recipe=set_args(config["leaderboard"]["settings"]),
-    shell:
-        "rrl grpo --config {input.methods} --set model_path={params.model} {params.settings} "
-        "{params.recipe} --set seed={wildcards.seed} --out {params.out} > {log} 2>&1"
+        variant=set_args(config["leaderboard"]["settings"]),

@@ -2,6 +2,7 @@
 # `snakemake --report`.
 
 
+# Every figure of a family is this rule with its own file, caption, metric and x axis.
 rule plot_accuracy:
     input:
         runs=family_done,
@@ -21,14 +22,14 @@ rule plot_accuracy:
         runs=family_dirs,
         label_keys=family_keys,
         title=family_title,
+        metric="eval/accuracy",
+        x="step",
     shell:
-        "rrl plot --runs {params.runs} --label-keys {params.label_keys} --metric eval/accuracy "
-        "--x step --title {params.title:q} --out {output.png} > {log} 2>&1"
+        "rrl plot --runs {params.runs} --label-keys {params.label_keys} --metric {params.metric} "
+        "--x {params.x} --title {params.title:q} --out {output.png} > {log} 2>&1"
 
 
-rule plot_accuracy_time:
-    input:
-        runs=family_done,
+use rule plot_accuracy as plot_accuracy_time with:
     output:
         png=report(
             f"{R}/plots/{{family}}_accuracy_time.png",
@@ -37,22 +38,15 @@ rule plot_accuracy_time:
         ),
     log:
         f"{R}/logs/plots/{{family}}_accuracy_time.log",
-    wildcard_constraints:
-        family=FAMILY_REGEX,
-    conda:
-        "../envs/rrl.yaml"
     params:
         runs=family_dirs,
         label_keys=family_keys,
         title=family_title,
-    shell:
-        "rrl plot --runs {params.runs} --label-keys {params.label_keys} --metric eval/accuracy "
-        "--x time/elapsed --title {params.title:q} --out {output.png} > {log} 2>&1"
+        metric="eval/accuracy",
+        x="time/elapsed",
 
 
-rule plot_accuracy_grpo_step:
-    input:
-        runs=family_done,
+use rule plot_accuracy as plot_accuracy_grpo_step with:
     output:
         png=report(
             f"{R}/plots/{{family}}_accuracy_grpo_step.png",
@@ -61,22 +55,16 @@ rule plot_accuracy_grpo_step:
         ),
     log:
         f"{R}/logs/plots/{{family}}_accuracy_grpo_step.log",
-    wildcard_constraints:
-        family=FAMILY_REGEX,
-    conda:
-        "../envs/rrl.yaml"
     params:
         runs=family_dirs,
         label_keys=family_keys,
         title=family_title,
-    shell:
-        "rrl plot --runs {params.runs} --label-keys {params.label_keys} --metric eval/accuracy "
-        "--x grpo_step --title {params.title:q} --out {output.png} > {log} 2>&1"
+        metric="eval/accuracy",
+        x="grpo_step",
 
 
-rule plot_training:
-    input:
-        runs=family_done,
+# Training curves are noisy from step to step: smoothed over 5 points.
+use rule plot_accuracy as plot_training with:
     output:
         png=report(
             f"{R}/plots/{{family}}_training.png",
@@ -85,18 +73,12 @@ rule plot_training:
         ),
     log:
         f"{R}/logs/plots/{{family}}_training.log",
-    wildcard_constraints:
-        family=FAMILY_REGEX,
-    conda:
-        "../envs/rrl.yaml"
     params:
         runs=family_dirs,
         label_keys=family_keys,
         title=family_title,
-        panels=family_panels,
-    shell:
-        "rrl plot --runs {params.runs} --label-keys {params.label_keys} --metric {params.panels} "
-        "--x step --smooth 5 --title {params.title:q} --out {output.png} > {log} 2>&1"
+        metric=family_panels,
+        x="step --smooth 5",
 
 
 rule plot_methods:
@@ -133,7 +115,7 @@ rule plot_leaderboard_accuracy_time:
     conda:
         "../envs/rrl.yaml"
     params:
-        runs=lambda wildcards, input: Path(input.runs[0]).parent.parent,
+        runs=runs_folder,
     shell:
         "rrl plot --runs {params.runs} --labels leaderboard --metric eval/accuracy "
         "--x time/elapsed --time-unit min "
@@ -163,7 +145,7 @@ rule summary:
 
 rule ablations:
     input:
-        tsv=f"{R}/summary.tsv",
+        tsv=rules.summary.output.tsv,
     output:
         tsv=report(
             f"{R}/ablations.tsv",

@@ -15,7 +15,7 @@ rule seeds:
         run=rf"(sft|ei|grpo|dpo)/({VARIANT_REGEX})|leaderboard|zero_shot",
     localrule: True
     params:
-        run=lambda wildcards: f"{R}/{wildcards.run}",
+        run=run_folder,
     run:
         from reasoning_core.runtime.report.seeds import write_seed_summary
 

@@ -23,6 +23,8 @@ rule sft_data:
         "--no-filter {params.limit} --out {output.jsonl} > {log} 2>&1"
 
 
+# Every training rule (sft, ei, grpo, the leaderboard recipe, dpo) is this one with its own
+# command, inputs, folders and settings (`use rule sft as ... with:`).
 rule sft:
     input:
         methods=METHODS_FILE,
@@ -43,10 +45,12 @@ rule sft:
     resources:
         gpu=GPUS,
     params:
+        command="sft",
         out=run_dir,
         model=base_model,
         settings=sft_settings(),
         variant=variant_args,
     shell:
-        "rrl sft --config {input.methods} --set model_path={params.model} {params.settings} "
-        "{params.variant} --set seed={wildcards.seed} --out {params.out} > {log} 2>&1"
+        "rrl {params.command} --config {input.methods} --set model_path={params.model} "
+        "{params.settings} {params.variant} --set seed={wildcards.seed} --out {params.out} "
+        "> {log} 2>&1"
