@@ -261,8 +261,8 @@ def test_shared_prompt_micro_batches_hold_whole_groups(world, tmp_path, monkeypa
     train_lines(run_trainer(grpo, cfg, world, tmp_path / "run"))
     ro = seen[0]
     tokens = tokenize_pairs(ro.prompts, ro.responses, AutoTokenizer.from_pretrained(world))
-    lengths = tokens["lengths"].tolist()  # what the length sort orders by
-    responses = tokens["response_mask"].sum(1).tolist()
+    lengths = tokens.lengths.tolist()  # what the length sort orders by
+    responses = tokens.response_mask.sum(1).tolist()
     assert len(calls) == cfg["rollout_batch_size"] // cfg["train_batch_size"]
     for rows in calls:
         groups = [r // cfg["group_size"] for r in rows]
