@@ -116,8 +116,8 @@ def test_rrl_eval_lines_and_summary_carry_entropy(tmp_path, monkeypatch, example
     model_dir = save_canonical_model(tmp_path / "model")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    base = ["--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "limit=5"]
-    base += ["--set", "max_tokens=16", "--set", "device=cpu"]
+    base = ["--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "eval_examples=5"]
+    base += ["--set", "eval_max_tokens=16", "--set", "device=cpu"]
 
     def outputs(out):
         (line,) = read_metrics(out)
