@@ -19,6 +19,7 @@ import torch
 from tiny_model import build_model, build_tokenizer, save_canonical_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from reasoning_core.runtime.batching import MicroBatchSize
 from reasoning_core.runtime import evaluate, generations, sft
 from reasoning_core.runtime.eval_loop import evaluate_policy
 from reasoning_core.runtime.metrics import read_metrics
@@ -91,7 +92,7 @@ def test_eval_entropy_is_the_token_weighted_full_softmax_entropy(task, examples)
     assert summary["time/entropy"] >= 0.0
     # Micro batches change only the grouping of the forwards, not the value.
     for size in (1, 2, 5):
-        got = evaluate.records_entropy(model, tokenizer, records, size)
+        got = evaluate.records_entropy(model, tokenizer, records, MicroBatchSize(size))
         assert got == pytest.approx(summary["entropy"], abs=1e-6)
     # Without a model there is no entropy, explicitly.
     summary, _ = evaluate_policy(Scripted(TEXTS), examples, task, "r1_zero", params)
