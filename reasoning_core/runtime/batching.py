@@ -264,9 +264,7 @@ class MicroBatchSize:
         train lines carry the key only after a back-off."""
         return {"micro_batch_size": self.size} if self.changed else {}
 
-    def call(
-        self, fn: Callable[..., T], *args: Any, reset: Callable[[], None] | None = None
-    ) -> T:
+    def call(self, fn: Callable[..., T], *args: Any, reset: Callable[[], None] | None = None) -> T:
         """``fn(size, *args)``, redone with a smaller size on CUDA out-of-memory (see the class);
         ``reset`` drops the partial work of a failed pass (the accumulated gradients)."""
         while True:

@@ -95,7 +95,9 @@ def eval_params(
     )
 
 
-def load_questions(cfg: RolloutSettings, task: envs.Task, need: int, message: str) -> list[envs.Example]:
+def load_questions(
+    cfg: RolloutSettings, task: envs.Task, need: int, message: str
+) -> list[envs.Example]:
     """The training questions (``train_split``, ``train_examples`` of them); ConfigError with
     ``message`` (``{n}``: the number loaded) when there are fewer than ``need``."""
     questions = task.load(cfg.train_split, limit=cfg.train_examples)
@@ -145,7 +147,9 @@ class Rollouts:
     seed: int
 
     @classmethod
-    def from_config(cls, cfg: RolloutSettings, task: envs.Task, questions: list[envs.Example]) -> Rollouts:
+    def from_config(
+        cls, cfg: RolloutSettings, task: envs.Task, questions: list[envs.Example]
+    ) -> Rollouts:
         return cls(
             questions=questions,
             task=task,

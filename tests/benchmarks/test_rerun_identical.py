@@ -54,7 +54,10 @@ def test_a_renamed_setting_is_passed_under_its_new_name(tmp_path):
     path = script.renamed_config(run / "config.yaml", "eval", tmp_path)
     assert path != run / "config.yaml"
     assert path.read_text().splitlines() == [
-        "model_path: m", "eval_split: test", "eval_examples: 512", "seed: 0"
+        "model_path: m",
+        "eval_split: test",
+        "eval_examples: 512",
+        "seed: 0",
     ]
     current = tmp_path / "current.yaml"
     current.write_text("model_path: m\neval_examples: 512\n")

@@ -55,7 +55,14 @@ def test_binary_file_as_config_is_named(tmp_path):
 
 @pytest.mark.parametrize("value", ["[3", ": x", "{a: 1", "'open"])
 def test_unparsable_set_value_names_the_override(value, tmp_path, capsys):
-    argv = ["--set", "model_path=x", "--set", f"eval_examples={value}", "--out", str(tmp_path / "r")]
+    argv = [
+        "--set",
+        "model_path=x",
+        "--set",
+        f"eval_examples={value}",
+        "--out",
+        str(tmp_path / "r"),
+    ]
     rc, err = run_eval(argv, capsys)
     assert rc == 2, err
     assert err.startswith("rrl eval: --set eval_examples=") and "not a valid YAML value" in err

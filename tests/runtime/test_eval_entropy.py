@@ -19,8 +19,8 @@ import torch
 from tiny_model import build_model, build_tokenizer, save_canonical_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from reasoning_core.runtime.batching import MicroBatchSize
 from reasoning_core.runtime import evaluate, generations, sft
+from reasoning_core.runtime.batching import MicroBatchSize
 from reasoning_core.runtime.eval_loop import evaluate_policy
 from reasoning_core.runtime.metrics import read_metrics
 from reasoning_core.runtime.rollout import Completion, SamplingParams
@@ -117,7 +117,14 @@ def test_rrl_eval_lines_and_summary_carry_entropy(tmp_path, monkeypatch, example
     model_dir = save_canonical_model(tmp_path / "model")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    base = ["--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "eval_examples=5"]
+    base = [
+        "--set",
+        f"model_path={model_dir}",
+        "--set",
+        "task=arithmetic",
+        "--set",
+        "eval_examples=5",
+    ]
     base += ["--set", "eval_max_tokens=16", "--set", "device=cpu"]
 
     def outputs(out):

@@ -119,7 +119,14 @@ def test_rrl_eval_writes_run_folder(tmp_path, monkeypatch, examples, model_dir, 
     engine = ScriptedEngine(scripted_for(examples))
     monkeypatch.setattr(evaluate, "build_engine", lambda cfg: engine)
     out = tmp_path / "run"
-    argv = ["--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "eval_examples=6"]
+    argv = [
+        "--set",
+        f"model_path={model_dir}",
+        "--set",
+        "task=arithmetic",
+        "--set",
+        "eval_examples=6",
+    ]
     assert evaluate.main([*argv, "--set", "eval_split=test", "--out", str(out)]) == 0
     assert engine.calls[0][1].temperature == 1.0 and engine.calls[0][1].stop == ["</answer>"]
 
@@ -163,7 +170,14 @@ def test_rrl_eval_samples_with_its_seed_setting(tmp_path, monkeypatch, examples,
     the engine, so that zero-shot seed N draws what a trainer's step 0 with seed N draws."""
     engine = ScriptedEngine(scripted_for(examples))
     monkeypatch.setattr(evaluate, "build_engine", lambda cfg: engine)
-    argv = ["--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "eval_examples=6"]
+    argv = [
+        "--set",
+        f"model_path={model_dir}",
+        "--set",
+        "task=arithmetic",
+        "--set",
+        "eval_examples=6",
+    ]
     for seed in (0, 3):
         out = tmp_path / f"seed{seed}"
         assert evaluate.main([*argv, "--set", f"seed={seed}", "--out", str(out)]) == 0
@@ -209,7 +223,14 @@ def test_interrupted_eval_leaves_nothing_marked_complete_and_reruns(
             return super().generate(prompts, params)
 
     out = tmp_path / "results" / "zero_shot"
-    argv = ["--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "eval_examples=6"]
+    argv = [
+        "--set",
+        f"model_path={model_dir}",
+        "--set",
+        "task=arithmetic",
+        "--set",
+        "eval_examples=6",
+    ]
     argv += ["--set", "eval_batch_size=2", "--out", str(out)]
     monkeypatch.setattr(evaluate, "build_engine", lambda cfg: Interrupted(scripted_for(examples)))
     with pytest.raises(KeyboardInterrupt):
@@ -346,7 +367,14 @@ def test_rrl_eval_with_several_samples_per_example(
     truths = {task.format_prompt(ex, "r1_zero"): ex.ground_truth for ex in examples}
     monkeypatch.setattr(evaluate, "build_engine", lambda cfg: TwoSampleEngine(truths))
     out = tmp_path / "run"
-    argv = ["--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "eval_examples=6"]
+    argv = [
+        "--set",
+        f"model_path={model_dir}",
+        "--set",
+        "task=arithmetic",
+        "--set",
+        "eval_examples=6",
+    ]
     assert evaluate.main([*argv, "--set", "samples_per_problem=2", "--out", str(out)]) == 0
     lines = (out / "generations" / "step_000000.jsonl").read_text().splitlines()
     records = [json.loads(x) for x in lines]
@@ -379,7 +407,14 @@ def test_rerun_after_a_crash_before_done_json_logs_one_eval_line(
     monkeypatch.setattr(
         evaluate, "build_engine", lambda cfg: ScriptedEngine(scripted_for(examples))
     )
-    argv = ["--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "eval_examples=6"]
+    argv = [
+        "--set",
+        f"model_path={model_dir}",
+        "--set",
+        "task=arithmetic",
+        "--set",
+        "eval_examples=6",
+    ]
     assert evaluate.main([*argv, "--out", str(out)]) == 0
     (line,) = (out / "metrics.jsonl").read_text().splitlines()
     assert json.loads(line)["accuracy"] == pytest.approx(2 / 6)
@@ -436,7 +471,17 @@ def test_an_old_setting_name_stops_with_the_new_one(model_dir, tmp_path, capsys,
 def test_the_trainers_and_rrl_eval_share_the_evaluation_names_and_engine_default():
     trainer = {f.name: f.default for f in dataclasses.fields(CommonConfig)}
     command = {f.name: f.default for f in dataclasses.fields(evaluate.EvalConfig)}
-    for name in ("eval_split", "eval_examples", "eval_temperature", "eval_top_p",
-                 "eval_max_tokens", "eval_seed", "eval_batch_size", "stop", "seed", "engine"):
+    for name in (
+        "eval_split",
+        "eval_examples",
+        "eval_temperature",
+        "eval_top_p",
+        "eval_max_tokens",
+        "eval_seed",
+        "eval_batch_size",
+        "stop",
+        "seed",
+        "engine",
+    ):
         assert name in trainer and name in command, name
     assert trainer["engine"] == command["engine"] == "auto"

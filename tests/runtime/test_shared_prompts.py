@@ -34,9 +34,7 @@ def batch(tokenizer):
 
 def whole(batch):
     """Every row of a token batch as one micro batch (its full width)."""
-    return MicroBatch(
-        torch.arange(batch.rows), batch.input_ids, batch.labels, batch.response_mask
-    )
+    return MicroBatch(torch.arange(batch.rows), batch.input_ids, batch.labels, batch.response_mask)
 
 
 def both(model, batch, **kw):

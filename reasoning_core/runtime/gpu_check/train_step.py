@@ -36,9 +36,7 @@ from reasoning_core.runtime.updates import (
 )
 
 
-def synthetic_batch(
-    config: Any, rows: int, prompt_len: int, response_len: int
-) -> TokenBatch:
+def synthetic_batch(config: Any, rows: int, prompt_len: int, response_len: int) -> TokenBatch:
     """A tokenized batch as :func:`~reasoning_core.runtime.batching.tokenize_pairs` returns
     it (on the CPU): random ids, ``prompt_len + response_len`` tokens per row, the response
     mask from the last prompt position on, every row full length."""
