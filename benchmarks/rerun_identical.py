@@ -43,8 +43,9 @@ SETTINGS = {
 def method_of(run: Path) -> str:
     """The trainer of a run folder: its done.json says; else the first folder under results/."""
     done = run / "done.json"
-    if done.is_file():
-        return json.loads(done.read_text())["method"]
+    method = json.loads(done.read_text()).get("method") if done.is_file() else None
+    if method is not None:  # a trainer's (rrl eval's done.json names none)
+        return method
     for part in run.parts:
         if part in METHODS:
             return part

@@ -50,6 +50,7 @@ def test_a_renamed_setting_is_passed_under_its_new_name(tmp_path):
     run = tmp_path / "results" / "zero_shot" / "seed~0"
     run.mkdir(parents=True)
     (run / "config.yaml").write_text("model_path: m\nsplit: test\nlimit: 512\nseed: 0\n")
+    (run / "done.json").write_text('{"eval_accuracy": 0.25, "engine": "static"}')
     assert script.method_of(run) == "eval"
     path = script.renamed_config(run / "config.yaml", "eval", tmp_path)
     assert path != run / "config.yaml"
