@@ -11,30 +11,64 @@ every key except those starting with ``time/`` (wall-clock measurements, docs/co
 ``--base`` replaces the saved ``model_path`` (the committed runs name ``results/base``, whose
 weights are not committed: build them with ``rrl tiny-world``). ``--compare-only`` skips
 training and compares folders already under ``--out``. Exit status 0 when every run matches.
+
+A zero-shot run (``rrl eval``, a folder under ``zero_shot/``) is rerun the same way. A setting
+the code has renamed since the run was saved (the command's ``RENAMED``, old -> new, e.g.
+rrl eval's ``limit`` -> ``eval_examples``) is passed under its new name: the rerun reads a copy
+of the saved config.yaml with those keys renamed, one to one, values unchanged.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import yaml
+
 METHODS = ("sft", "ei", "grpo")
+# The settings class of each command, for its renamed settings (attribute RENAMED).
+SETTINGS = {
+    "sft": "reasoning_core.runtime.sft:SFTConfig",
+    "ei": "reasoning_core.runtime.ei:EIConfig",
+    "grpo": "reasoning_core.runtime.grpo:GRPOConfig",
+    "eval": "reasoning_core.runtime.evaluate:EvalConfig",
+}
 
 
 def method_of(run: Path) -> str:
     """The trainer of a run folder: its done.json says; else the first folder under results/."""
     done = run / "done.json"
-    if done.is_file():
-        return json.loads(done.read_text())["method"]
+    method = json.loads(done.read_text()).get("method") if done.is_file() else None
+    if method is not None:  # a trainer's (rrl eval's done.json names none)
+        return method
     for part in run.parts:
         if part in METHODS:
             return part
     if run.name == "leaderboard" or "leaderboard" in run.parts:
         return "grpo"
+    if "zero_shot" in run.parts:
+        return "eval"
     raise SystemExit(f"{run}: cannot tell which trainer made it (no done.json, no sft/ei/grpo)")
+
+
+def renamed_config(saved: Path, command: str, folder: Path) -> Path:
+    """``saved`` (a config.yaml) with the settings ``command`` has renamed under their new
+    names, written into ``folder``; ``saved`` itself when nothing is renamed."""
+    module, _, name = SETTINGS[command].partition(":")
+    renamed = getattr(getattr(importlib.import_module(module), name), "RENAMED", {})
+    data = yaml.safe_load(saved.read_text())
+    if not set(data) & set(renamed):
+        return saved
+    data = {renamed.get(key, key): value for key, value in data.items()}
+    path = folder / f"{command}_config.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    print(f"  renamed for the rerun: {sorted(set(data) & set(renamed.values()))}")
+    return path
 
 
 def strip_time(line: dict) -> dict:
@@ -67,13 +101,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compare-only", action="store_true")
     args = p.parse_args(argv)
     failed = 0
-    for run in args.runs:
+    scratch = Path(tempfile.mkdtemp(prefix="rerun_identical_"))
+    for i, run in enumerate(args.runs):
         # An absolute run folder is mirrored under --out too (out / '/a/b' would be '/a/b').
         target = args.out / (run.relative_to(run.anchor) if run.is_absolute() else run)
         if not args.compare_only:
-            cmd = [sys.executable, "-m", "reasoning_core.runtime.cli", method_of(run)]
-            cmd += ["--config", str(run / "config.yaml"), "--out", str(target)]
-            cmd += ["--set", "progress=false"]
+            command = method_of(run)
+            folder = scratch / str(i)
+            folder.mkdir()
+            config = renamed_config(run / "config.yaml", command, folder)
+            cmd = [sys.executable, "-m", "reasoning_core.runtime.cli", command]
+            cmd += ["--config", str(config), "--out", str(target)]
+            if command != "eval":  # rrl eval has no setting progress
+                cmd += ["--set", "progress=false"]
             if args.base:
                 cmd += ["--set", f"model_path={args.base}"]
             print("$", " ".join(cmd), flush=True)

@@ -7,8 +7,8 @@ flows", names the functions):
 - :mod:`.sft`, :mod:`.ei`, :mod:`.grpo`: the trainers, each one loop over the steps below;
 - :mod:`.sampling`: ``sample_and_grade`` (rollouts through an engine of :mod:`.engines`,
   behind the interface in :mod:`.rollout`);
-- :mod:`.updates`: ``optimizer_step`` and the ``sft_update`` / ``grpo_update`` on it, over
-  the micro batches of :mod:`.batching`;
+- :mod:`.updates`: the ``sft_update`` / ``grpo_update`` optimizer steps over the micro
+  batches of :mod:`.batching`;
 - :mod:`.run`: the run folder, evaluation, resume and the ``rrl`` entry of a trainer;
 - :mod:`.settings`, :mod:`.policy`, :mod:`.rng`: what a run is configured with, the model and
   optimizer, the named random streams;

@@ -1,12 +1,12 @@
 """Batches: tokenize once, cut into micro batches, back off on CUDA out-of-memory.
 
-* :func:`tokenize_pairs` tokenizes a whole batch of (prompt, response) pairs once;
-  :func:`micro_batches` cuts chosen rows of it into micro batches, each trimmed to its own
-  longest row (padding past it is never computed).
-* :class:`MicroBatchSize` is the micro-batch size of a run's training or scoring passes: on
+* :func:`tokenize_pairs` tokenizes a whole batch of (prompt, response) pairs once into a
+  :class:`TokenBatch`; :func:`micro_batches` cuts chosen rows of it into :class:`MicroBatch`
+  slices, each trimmed to its own longest row (padding past it is never computed).
+* :class:`MicroBatchSize` is the micro-batch size of every training or scoring pass: on
   ``torch.OutOfMemoryError`` it redoes the pass with a divisor of the size
-  (:func:`smaller_micro_batch`) and keeps that size. An optimizer step is the same batch mean
-  either way; only the accumulation is split finer.
+  (:func:`smaller_micro_batch`) and keeps that size; with ``backoff=False`` it is a plain size.
+  An optimizer step is the same batch mean either way; only the accumulation is split finer.
 * :func:`policy_log_probs` is every training and scoring forward: response log-probs (and
   token entropy) of a micro batch under the policy.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 
@@ -25,17 +25,40 @@ from reasoning_core import (
     log_probs_from_logits,
     tokenize_prompt_and_output,
 )
+from reasoning_core._typing import Bool, Int, Tensor
 from reasoning_core.runtime.config import ConfigError
 from reasoning_core.runtime.policy import training_forward
 
 T = TypeVar("T")
 
 
-def tokenize_pairs(prompts: list[str], responses: list[str], tokenizer: Any) -> dict[str, Any]:
-    """``tokenize_prompt_and_output`` on the whole batch, plus each row's used length.
+class TokenBatch(NamedTuple):
+    """A batch of (prompt, response) pairs tokenized once (:func:`tokenize_pairs`): prompt and
+    response tokens of a row side by side, right-padded; ``lengths`` is one past each row's
+    last response token (what of the row is ever computed)."""
 
-    Returns ``input_ids``, ``labels`` (batch, seq) long, ``response_mask`` (batch, seq) bool
-    and ``lengths`` (batch,): one past each row's last response token."""
+    input_ids: Int[Tensor, "batch seq"]
+    labels: Int[Tensor, "batch seq"]
+    response_mask: Bool[Tensor, "batch seq"]
+    lengths: Int[Tensor, " batch"]
+
+    @property
+    def rows(self) -> int:
+        return self.input_ids.shape[0]
+
+
+class MicroBatch(NamedTuple):
+    """Rows ``rows`` (indices into the :class:`TokenBatch`) of a token batch, the columns
+    trimmed to the slice's longest row (:func:`micro_batches`)."""
+
+    rows: Int[Tensor, " micro"]
+    input_ids: Int[Tensor, "micro width"]
+    labels: Int[Tensor, "micro width"]
+    response_mask: Bool[Tensor, "micro width"]
+
+
+def tokenize_pairs(prompts: list[str], responses: list[str], tokenizer: Any) -> TokenBatch:
+    """``tokenize_prompt_and_output`` on the whole batch, plus each row's used length."""
     batch = tokenize_prompt_and_output(
         prompt_strs=prompts, output_strs=responses, tokenizer=tokenizer
     )
@@ -43,32 +66,29 @@ def tokenize_pairs(prompts: list[str], responses: list[str], tokenizer: Any) -> 
     positions = torch.arange(mask.shape[1]).expand_as(mask)
     # Used length of a row = one past its last response token (responses end the sequence).
     lengths = torch.where(mask, positions + 1, torch.zeros_like(positions)).amax(dim=1)
-    batch["lengths"] = lengths
-    batch["response_mask"] = mask
-    return batch
+    return TokenBatch(batch["input_ids"], batch["labels"], mask, lengths)
 
 
 def micro_batches(
-    batch: dict[str, torch.Tensor], rows: list[int] | torch.Tensor, size: int
-) -> Iterator[dict[str, torch.Tensor]]:
+    batch: TokenBatch, rows: list[int] | torch.Tensor, size: int
+) -> Iterator[MicroBatch]:
     """Slices of ``rows`` of ``size`` rows each (in the given order); columns trimmed to the
-    longest row of the slice. Each holds ``rows`` (its indices into ``batch``), ``input_ids``,
-    ``labels`` and ``response_mask``."""
+    longest row of the slice."""
     rows = torch.as_tensor(rows, dtype=torch.long)
     for start in range(0, len(rows), size):
         idx = rows[start : start + size]
-        width = max(1, int(batch["lengths"][idx].max()))
-        yield {
-            "rows": idx,
-            "input_ids": batch["input_ids"][idx, :width],
-            "labels": batch["labels"][idx, :width],
-            "response_mask": batch["response_mask"][idx, :width],
-        }
+        width = max(1, int(batch.lengths[idx].max()))
+        yield MicroBatch(
+            idx,
+            batch.input_ids[idx, :width],
+            batch.labels[idx, :width],
+            batch.response_mask[idx, :width],
+        )
 
 
 def policy_log_probs(
     model: Any,
-    micro: dict[str, torch.Tensor],
+    micro: MicroBatch,
     device: torch.device,
     *,
     with_entropy: bool = True,
@@ -81,9 +101,9 @@ def policy_log_probs(
     its values at prompt and padding positions are 0, the response positions' are the same up
     to float rounding."""
     forward = training_forward(model)
-    input_ids, labels = micro["input_ids"].to(device), micro["labels"].to(device)
+    input_ids, labels = micro.input_ids.to(device), micro.labels.to(device)
     if share_prompts:
-        mask = micro["response_mask"].to(device)
+        mask = micro.response_mask.to(device)
         return shared_prompt_log_probs(forward, input_ids, labels, mask, with_entropy=with_entropy)
     out = get_response_log_probs(
         model=forward, input_ids=input_ids, labels=labels, return_token_entropy=with_entropy
@@ -172,12 +192,17 @@ def shared_prompt_log_probs(
     out = log_probs_from_logits(
         logits[pack_at, source], labels[row_at, col_at], return_entropy=with_entropy
     )
+    at = (row_at, col_at)
+    entropy = laid_out(out["token_entropy"], rows, width, at) if with_entropy else None
+    return laid_out(out["log_probs"], rows, width, at), entropy
 
-    def laid_out(compact: torch.Tensor) -> torch.Tensor:
-        return compact.new_zeros(rows, width).index_put((row_at, col_at), compact)
 
-    entropy = laid_out(out["token_entropy"]) if with_entropy else None
-    return laid_out(out["log_probs"]), entropy
+def laid_out(
+    compact: torch.Tensor, rows: int, width: int, at: tuple[torch.Tensor, torch.Tensor]
+) -> torch.Tensor:
+    """``compact`` (one value per scored token) put at positions ``at`` (rows, columns) of a
+    (rows, width) tensor of zeros."""
+    return compact.new_zeros(rows, width).index_put(at, compact)
 
 
 PACKABLE_ATTENTION = ("sdpa", "eager")
@@ -213,7 +238,7 @@ def smaller_micro_batch(size: int) -> int:
 class MicroBatchSize:
     """The micro-batch size of a run's training and scoring passes.
 
-    :meth:`call` runs ``fn(size)``. When that raises ``torch.OutOfMemoryError`` (a CUDA
+    :meth:`call` runs ``fn(size, *args)``. When that raises ``torch.OutOfMemoryError`` (a CUDA
     allocation failed) and ``backoff`` is on, the partial work is dropped (``reset``, e.g. the
     accumulated gradients, then the CUDA cache is emptied) and ``fn`` runs again with
     :func:`smaller_micro_batch` of the size, which the run keeps from then on. The optimizer
@@ -234,11 +259,18 @@ class MicroBatchSize:
     def changed(self) -> bool:
         return self.size != self.initial
 
-    def call(self, fn: Callable[[int], T], *, reset: Callable[[], None] | None = None) -> T:
+    def metrics(self) -> dict[str, int]:
+        """``{"micro_batch_size": n}`` once an out-of-memory back-off changed the size, else {}:
+        train lines carry the key only after a back-off."""
+        return {"micro_batch_size": self.size} if self.changed else {}
+
+    def call(self, fn: Callable[..., T], *args: Any, reset: Callable[[], None] | None = None) -> T:
+        """``fn(size, *args)``, redone with a smaller size on CUDA out-of-memory (see the class);
+        ``reset`` drops the partial work of a failed pass (the accumulated gradients)."""
         while True:
             size = self.size
             try:
-                return fn(size)
+                return fn(size, *args)
             except torch.OutOfMemoryError as exc:
                 if not self.backoff or size == 1:
                     exc.add_note(
@@ -264,21 +296,3 @@ class MicroBatchSize:
                 file=sys.stderr,
                 flush=True,
             )
-
-
-def with_micro_batch(
-    size: int | MicroBatchSize, fn: Callable[[int], T], *, reset: Callable[[], None] | None = None
-) -> T:
-    """``fn(size)`` for a plain size; through :meth:`MicroBatchSize.call` (out-of-memory
-    back-off) for a :class:`MicroBatchSize`."""
-    if isinstance(size, MicroBatchSize):
-        return size.call(fn, reset=reset)
-    return fn(size)
-
-
-def backoff_metrics(size: int | MicroBatchSize) -> dict[str, int]:
-    """``{"micro_batch_size": n}`` once an out-of-memory back-off changed the size, else {}:
-    train lines carry the key only after a back-off."""
-    if isinstance(size, MicroBatchSize) and size.changed:
-        return {"micro_batch_size": size.size}
-    return {}

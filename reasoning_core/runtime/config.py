@@ -156,6 +156,12 @@ def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -
     a field without a default that is missing is an error too."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
+    renamed = getattr(cls, "RENAMED", {})  # a settings class's old names -> its new ones
+    for old in sorted(set(values) & set(renamed)):
+        raise ConfigError(
+            f"{source}: setting {old!r} of {cls.__name__} was renamed {renamed[old]!r}; "
+            f"write {renamed[old]}: {values[old]!r} instead"
+        )
     unknown = sorted(set(values) - set(fields))
     if unknown:
         raise ConfigError(

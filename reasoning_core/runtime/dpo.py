@@ -32,12 +32,13 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Literal
 
 import torch
 
 from reasoning_core import dpo_loss
-from reasoning_core.runtime.batching import MicroBatchSize, backoff_metrics, tokenize_pairs
+from reasoning_core.runtime.batching import MicroBatchSize, tokenize_pairs
 from reasoning_core.runtime.checkpoint import save_checkpoint
 from reasoning_core.runtime.config import ConfigError
 from reasoning_core.runtime.dpo_pairs import (
@@ -67,7 +68,6 @@ from reasoning_core.runtime.settings import (
     check_non_negative,
     check_sampling,
 )
-from reasoning_core.runtime.updates import optimizer_step
 
 
 @dataclass
@@ -223,35 +223,36 @@ class PairTokens:
 META = ("dpo_loss", "nll", "margin", "accuracy", "chosen_rewards", "rejected_rewards")
 
 
-def dpo_update(t: Any, pairs: PairTokens, rows: list[int], cfg: DPOConfig, micro) -> dict:
-    """One optimizer step on the batch mean of the per-pair loss over ``rows``."""
+def dpo_update(
+    t: Any, pairs: PairTokens, rows: list[int], cfg: DPOConfig, micro: MicroBatchSize
+) -> dict:
+    """One optimizer step on the batch mean of the per-pair loss over ``rows``: zero,
+    accumulate (redone smaller on out-of-memory), clip, step, schedule."""
+    lr = t.optimizer.param_groups[0]["lr"]
+    zero = partial(t.optimizer.zero_grad, set_to_none=True)
+    zero()
+    sums = micro.call(accumulate_dpo, t.model, pairs, rows, cfg, reset=zero)
+    grad_norm = torch.nn.utils.clip_grad_norm_(t.model.parameters(), cfg.max_grad_norm)
+    t.optimizer.step()
+    t.scheduler.step()
+    zero()
+    return {**sums, "grad_norm": float(grad_norm), "lr": lr, **micro.metrics()}
+
+
+def accumulate_dpo(
+    size: int, model: Any, pairs: PairTokens, rows: list[int], cfg: DPOConfig
+) -> dict[str, float]:
+    """Backward of the batch mean of the per-pair loss of ``rows``, ``size`` pairs at a time;
+    the sums of the loss and of each :data:`META` value over the batch, divided by its size."""
     n = len(rows)
-
-    def accumulate(size: int) -> dict[str, float]:
-        sums = dict.fromkeys(("loss", *META), 0.0)
-        for start in range(0, n, size):
-            part = rows[start : start + size]
-            loss, meta = pairs.loss(t.model, part, cfg)
-            (loss.sum() / n).backward()
-            sums["loss"] += float(loss.detach().sum()) / n
-            for key in META:
-                sums[key] += float(meta[key].sum()) / n
-        return sums
-
-    step = optimizer_step(
-        t.model,
-        t.optimizer,
-        t.scheduler,
-        accumulate,
-        micro_batch_size=micro,
-        max_grad_norm=cfg.max_grad_norm,
-    )
-    return {
-        **step.accumulated,
-        "grad_norm": step.grad_norm,
-        "lr": step.lr,
-        **backoff_metrics(micro),
-    }
+    sums = dict.fromkeys(("loss", *META), 0.0)
+    for start in range(0, n, size):
+        loss, meta = pairs.loss(model, rows[start : start + size], cfg)
+        (loss.sum() / n).backward()
+        sums["loss"] += float(loss.detach().sum()) / n
+        for key in META:
+            sums[key] += float(meta[key].sum()) / n
+    return sums
 
 
 @torch.no_grad()

@@ -187,9 +187,7 @@ def train(cfg: EIConfig, out: str) -> dict:
         bar.update(1)
         bar.set_postfix(reward=f"{line['reward']:.3f}", kept=len(kept), refresh=False)
         # 4. Evaluate every eval_every iterations and at the end; save every save_every.
-        if after_iteration(
-            t, done=ei_step, total=cfg.n_ei_steps, step=step, ei_step=ei_step, opt_step=step
-        ):
+        if after_iteration(t, cfg.n_ei_steps, ei_step=ei_step, opt_step=step):
             break  # max_wall_seconds spent
     bar.close()
     return finish_training(t, step=step)

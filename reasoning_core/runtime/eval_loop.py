@@ -76,7 +76,7 @@ def evaluate_policy(
     progress: bool = False,
     model: Any = None,
     tokenizer: Any = None,
-    entropy_micro_batch_size: int | MicroBatchSize = 8,
+    entropy_micro_batch_size: MicroBatchSize | None = None,
 ) -> EvalResult:
     r"""Sample ``params.n`` responses per example and grade them.
 
@@ -100,7 +100,8 @@ def evaluate_policy(
             the same response tokens, EOS excluded; it differs from the forward's value only
             where the sampled ids are not the text's re-tokenization, and by float rounding);
             otherwise :func:`~reasoning_core.runtime.generations.mean_response_entropy` (one
-            no-gradient forward, ``entropy_micro_batch_size`` responses at a time; it draws no
+            no-gradient forward, ``entropy_micro_batch_size`` responses at a time, None: 8
+            without back-off; it draws no
             random numbers). Without them ``entropy`` is None.
     """
     t0 = time.perf_counter()
@@ -166,7 +167,9 @@ def evaluate_policy(
     return EvalResult(summary, records)
 
 
-def records_entropy(model: Any, tokenizer: Any, records: list[dict], micro_batch_size: Any = 8):
+def records_entropy(
+    model: Any, tokenizer: Any, records: list[dict], micro_batch_size: MicroBatchSize | None = None
+) -> float | None:
     """Token-weighted mean entropy of the records' responses under ``model``
     (:func:`~reasoning_core.runtime.generations.mean_response_entropy`)."""
     prompts, responses = [r["prompt"] for r in records], [r["response"] for r in records]

@@ -25,13 +25,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import envs
 from reasoning_core.runtime.batching import MicroBatchSize
 from reasoning_core.runtime.checkpoint import check_model_folder
 from reasoning_core.runtime.config import ConfigError, resolve_command, save_config
-from reasoning_core.runtime.engines import make_engine, resolve_engine
+from reasoning_core.runtime.engines import ENGINE_DEFAULT, make_engine, resolve_engine
 from reasoning_core.runtime.engines.hf import model_and_tokenizer
 from reasoning_core.runtime.eval_loop import EvalResult, evaluate_policy, records_entropy
 from reasoning_core.runtime.eval_report import (
@@ -52,6 +52,7 @@ from reasoning_core.runtime.metrics import (
     write_json_atomic,
 )
 from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams
+from reasoning_core.runtime.sampling import EVAL_RENAMED, eval_params
 
 # ---------------------------------------------------------------------------------------------
 # rrl eval
@@ -59,7 +60,10 @@ from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams
 
 @dataclass
 class EvalConfig:
-    """Settings of ``rrl eval`` (section ``eval`` of a config file)."""
+    """Settings of ``rrl eval`` (section ``eval`` of a config file). The evaluation settings
+    have the trainers' names (``eval_split``, ``eval_examples``, ``eval_temperature``, ...)."""
+
+    RENAMED: ClassVar[dict[str, str]] = EVAL_RENAMED
 
     model_path: str
     """Hugging Face model folder to evaluate (config.json, safetensors weights, tokenizer)."""
@@ -68,43 +72,46 @@ class EvalConfig:
     arithmetic, one benchmark of the evaluation suite (aime24, amc23, math500, minerva_math,
     olympiadbench: split test; rrl eval-suite runs them all), or the supplement's mmlu and
     gsm8k_supplement (templates zero_shot_system_prompt and alpaca_sft)."""
-    split: str = "test"
+    eval_split: str = "test"
     """Split of the task to evaluate on (math: test or math500)."""
     template: str = "r1_zero"
     """Prompt template (r1_zero or question_only; countdown has its own), with its matching
     reward."""
     data_path: str | None = None
     """Read the split from this JSONL file instead of the vendored data."""
-    limit: int | None = None
-    """Evaluate only the first N examples (null: all)."""
-    engine: Literal["auto", "vllm", "hf", "static"] = "vllm"
-    """Sampling engine. auto: vllm when the vllm package imports and device is CUDA, else
-    static on CUDA, else hf; the log says which and done.json records it."""
+    eval_examples: int | None = None
+    """Evaluate on the first N problems of eval_split (null: all of them)."""
+    engine: Literal["auto", "hf", "static", "vllm"] = ENGINE_DEFAULT
+    """Sampling engine: hf, static or vllm, or auto (vllm when the vllm package imports and
+    device is CUDA, else static on CUDA, else hf); the log says which and done.json records
+    it."""
     device: str = "auto"
     """Where the hf and static engines and the entropy forward run (vLLM places itself): auto
     (the CUDA GPU when there is one), cpu, cuda or cuda:N."""
     dtype: str = "float32"
     """Dtype of the model's weights (bfloat16 on a GPU)."""
-    n: int = 1
+    samples_per_problem: int = 1
     """Responses sampled per problem."""
-    temperature: float = 1.0
-    """Sampling temperature."""
-    top_p: float = 1.0
-    """Nucleus-sampling top_p."""
-    max_tokens: int = 1024
-    """Most new tokens per response."""
-    min_tokens: int = 0
-    """Fewest new tokens per response."""
+    eval_temperature: float = 1.0
+    """Sampling temperature of the evaluation."""
+    eval_top_p: float = 1.0
+    """Nucleus-sampling top_p of the evaluation."""
+    eval_max_tokens: int = 1024
+    """Most new tokens per evaluation response."""
+    eval_min_tokens: int = 0
+    """Fewest new tokens per evaluation response."""
     stop: list[str] = field(default_factory=lambda: ["</answer>"])
     """Strings that end a response."""
     include_stop_str_in_output: bool = True
     """Keep the stop string at the end of the response (the r1_zero reward needs
     </answer>)."""
     seed: int = 0
-    """Seed of the sampling; each engine call (batch_size problems) draws from its own seed
-    derived from it."""
-    batch_size: int = 256
-    """Problems per engine call."""
+    """Seed of the sampling unless eval_seed is set; each engine call (eval_batch_size
+    problems) draws from its own seed derived from it."""
+    eval_seed: int | None = None
+    """Seed of the evaluation's sampling; null: seed (as a trainer's eval_seed)."""
+    eval_batch_size: int = 256
+    """Problems per engine call, each call with its own seed."""
     max_model_len: int | None = None
     """vLLM only: longest prompt + response in tokens (null: the model's)."""
     kv_cache_memory_bytes: int | None = None
@@ -132,9 +139,9 @@ class EvalConfig:
         try:
             task = envs.get_task(self.task)
             task.check_template(self.template)
-            task.check_split(self.split)
+            task.check_split(self.eval_split)
         except ValueError as exc:
-            raise ConfigError(f"setting 'template'/'split': {exc}") from None
+            raise ConfigError(f"setting 'template'/'eval_split': {exc}") from None
         if self.examples_per_category < 0:
             raise ConfigError(
                 f"setting 'examples_per_category' must be >= 0, got {self.examples_per_category}"
@@ -144,8 +151,8 @@ class EvalConfig:
                 "setting 'entropy_micro_batch_size' must be >= 1, got "
                 f"{self.entropy_micro_batch_size}"
             )
-        if self.limit is not None and self.limit < 1:
-            raise ConfigError(f"setting 'limit' must be >= 1, got {self.limit}")
+        if self.eval_examples is not None and self.eval_examples < 1:
+            raise ConfigError(f"setting 'eval_examples' must be >= 1, got {self.eval_examples}")
         if self.device != "auto" and not self.device.startswith(("cpu", "cuda")):
             raise ConfigError(
                 f"setting 'device' must be auto, cpu, cuda or cuda:N, got {self.device!r}"
@@ -159,15 +166,11 @@ class EvalConfig:
         check_model_folder(self.model_path)  # last: the cheap settings are named first
 
     def sampling_params(self) -> SamplingParams:
-        return SamplingParams(
-            n=self.n,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            max_tokens=self.max_tokens,
-            min_tokens=self.min_tokens,
-            stop=list(self.stop),
+        return eval_params(
+            self,
+            n=self.samples_per_problem,
+            min_tokens=self.eval_min_tokens,
             include_stop_str_in_output=self.include_stop_str_in_output,
-            seed=self.seed,
         )
 
 
@@ -237,12 +240,12 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
     t0 = time.perf_counter()
     task = envs.get_task(cfg.task)
     try:  # before anything is written, so a bad data file leaves no run folder behind
-        examples = task.load(cfg.split, path=cfg.data_path, limit=cfg.limit)
+        examples = task.load(cfg.eval_split, path=cfg.data_path, limit=cfg.eval_examples)
     except ValueError as exc:  # envs.DataError (names file and line) or an unknown split
-        setting = "data_path" if cfg.data_path else "split"
+        setting = "data_path" if cfg.data_path else "eval_split"
         raise ConfigError(f"setting {setting!r}: {exc}") from None
     if not examples:
-        raise ConfigError(f"task {cfg.task!r} split {cfg.split!r} has no examples")
+        raise ConfigError(f"task {cfg.task!r} split {cfg.eval_split!r} has no examples")
     save_config(cfg, out)
     kind = engine_kind(cfg)
     print(f"[eval] rollout engine: {kind} (engine: {cfg.engine})", file=sys.stderr)
@@ -256,7 +259,7 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
         task,
         cfg.template,
         cfg.sampling_params(),
-        batch_size=cfg.batch_size,
+        batch_size=cfg.eval_batch_size,
         grade_timeout=cfg.grade_timeout,
         progress=progress,
         model=policy[0] if policy else None,
@@ -274,7 +277,7 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
     write_generations(out, 0, records)
     report = {
         "task": cfg.task,
-        "split": cfg.split,
+        "split": cfg.eval_split,
         "template": cfg.template,
         "model_path": cfg.model_path,
         "metrics": summary,
@@ -336,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = json.loads((Path(args.out) / "summary.json").read_text())["metrics"]
     counts = ", ".join(f"{k} {summary[k]}" for k in CATEGORIES)
     print(
-        f"{cfg.task}/{cfg.split}: accuracy {done['eval_accuracy']:.4f}, format reward "
+        f"{cfg.task}/{cfg.eval_split}: accuracy {done['eval_accuracy']:.4f}, format reward "
         f"{done['eval_format_reward']:.4f} on {done['eval_examples']} examples ({counts}); "
         f"{done['wall_seconds']:.1f} s"
     )

@@ -21,7 +21,7 @@ import torch
 
 import envs
 from reasoning_core import get_response_log_probs, masked_normalize, tokenize_prompt_and_output
-from reasoning_core.runtime.batching import MicroBatchSize, with_micro_batch
+from reasoning_core.runtime.batching import MicroBatchSize
 from reasoning_core.runtime.eval_report import is_one
 from reasoning_core.runtime.rollout import Completion
 
@@ -33,7 +33,7 @@ def response_entropy_sums(
     prompts: list[str],
     responses: list[str],
     *,
-    micro_batch_size: int | MicroBatchSize = 8,
+    micro_batch_size: MicroBatchSize | None = None,
 ) -> tuple[list[float], list[int]]:
     r"""Per response ``i``: ``(S_i, n_i)``, the sum of the policy's token entropy over its
     ``n_i`` response tokens and that count.
@@ -46,41 +46,47 @@ def response_entropy_sums(
     :func:`~reasoning_core.get_response_log_probs` with ``return_token_entropy`` on ``model``
     itself (eager, never the compiled training forward: eval shapes vary), and
     :func:`~reasoning_core.masked_normalize` with constant 1 (the masked sum) per row. Rows go
-    in order, ``micro_batch_size`` at a time, each micro batch padded to its own longest row;
-    a :class:`MicroBatchSize` redoes the pass smaller on CUDA out-of-memory. Runs in eval mode
+    in order, ``micro_batch_size`` at a time (None: 8, no back-off), each micro batch padded to
+    its own longest row; the :class:`MicroBatchSize` redoes the pass smaller on CUDA
+    out-of-memory. Runs in eval mode
     (restored after) under ``torch.no_grad``; the forward draws no random numbers, so no
     random stream of the run moves."""
     if len(prompts) != len(responses):
         raise ValueError("prompts and responses must have the same length")
-    device = next(model.parameters()).device
-
-    def score(size: int) -> tuple[list[float], list[int]]:
-        sums: list[float] = []
-        counts: list[int] = []
-        for start in range(0, len(prompts), size):
-            batch = tokenize_prompt_and_output(
-                prompt_strs=list(prompts[start : start + size]),
-                output_strs=list(responses[start : start + size]),
-                tokenizer=tokenizer,
-            )
-            out = get_response_log_probs(
-                model=model,
-                input_ids=batch["input_ids"].to(device),
-                labels=batch["labels"].to(device),
-                return_token_entropy=True,
-            )
-            mask = batch["response_mask"].to(device)
-            row_sums = masked_normalize(out["token_entropy"].float(), mask, 1.0, dim=-1)
-            sums.extend(row_sums.tolist())
-            counts.extend(int(c) for c in mask.sum(-1).tolist())
-        return sums, counts
 
     was_training = model.training
     model.eval()
     try:
-        return with_micro_batch(micro_batch_size, score)
+        micro = micro_batch_size or MicroBatchSize(8, backoff=False)
+        return micro.call(score_entropy_sums, model, tokenizer, prompts, responses)
     finally:
         model.train(was_training)
+
+
+def score_entropy_sums(
+    size: int, model: Any, tokenizer: Any, prompts: list[str], responses: list[str]
+) -> tuple[list[float], list[int]]:
+    """:func:`response_entropy_sums` in micro batches of ``size``."""
+    device = next(model.parameters()).device
+    sums: list[float] = []
+    counts: list[int] = []
+    for start in range(0, len(prompts), size):
+        batch = tokenize_prompt_and_output(
+            prompt_strs=list(prompts[start : start + size]),
+            output_strs=list(responses[start : start + size]),
+            tokenizer=tokenizer,
+        )
+        out = get_response_log_probs(
+            model=model,
+            input_ids=batch["input_ids"].to(device),
+            labels=batch["labels"].to(device),
+            return_token_entropy=True,
+        )
+        mask = batch["response_mask"].to(device)
+        row_sums = masked_normalize(out["token_entropy"].float(), mask, 1.0, dim=-1)
+        sums.extend(row_sums.tolist())
+        counts.extend(int(c) for c in mask.sum(-1).tolist())
+    return sums, counts
 
 
 def response_token_count(tokenizer: Any, completion: Completion) -> int:
@@ -142,7 +148,7 @@ def mean_response_entropy(
     prompts: list[str],
     responses: list[str],
     *,
-    micro_batch_size: int | MicroBatchSize = 8,
+    micro_batch_size: MicroBatchSize | None = None,
 ) -> float | None:
     r"""Mean token entropy of the responses under ``model``, token-weighted over all of them:
     :math:`\sum_i S_i / \sum_i n_i` (:func:`response_entropy_sums`), i.e. every response token
@@ -184,8 +190,9 @@ def log_generations(
         if reward_fn is None:
             raise ValueError("log_generations needs rewards or a reward_fn")
         rewards = list(envs.grade_batch(reward_fn, list(responses), list(ground_truths)))
+    micro = MicroBatchSize(micro_batch_size, backoff=False)
     sums, lengths = response_entropy_sums(
-        model, tokenizer, list(prompts), list(responses), micro_batch_size=micro_batch_size
+        model, tokenizer, list(prompts), list(responses), micro_batch_size=micro
     )
     entropies = [total / max(1, count) for total, count in zip(sums, lengths, strict=True)]
 

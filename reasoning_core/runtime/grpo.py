@@ -262,7 +262,8 @@ def train(cfg: GRPOConfig, out: str) -> dict:
             "rollout/truncated": ro.truncated,
             "frac_constant_groups": float(adv_meta["frac_constant_groups"]),
         }
-        # Rollout-side timings go on the first optimizer step of this rollout batch.
+        # Rollout-side timings go on the first optimizer step of this rollout batch; the later
+        # lines carry the same keys at 0, so every train line has the same time/ keys.
         timings = {**ro.seconds, "time/prepare": time.perf_counter() - t_prepare}
         # 5. Epochs over the rollout batch, each in a new order, in train batches.
         for epoch in range(cfg.epochs_per_rollout_batch):
@@ -273,9 +274,9 @@ def train(cfg: GRPOConfig, out: str) -> dict:
             for rows in order.split(cfg.train_batch_size):
                 t0 = time.perf_counter()
                 if cfg.sort_micro_batches:
-                    rows = rows[torch.argsort(tokens["lengths"][rows], stable=True)]
+                    rows = rows[torch.argsort(tokens.lengths[rows], stable=True)]
                 if cfg.share_prompts:
-                    rows = grouped_order(rows, tokens["response_mask"].sum(dim=1), cfg.group_size)
+                    rows = grouped_order(rows, tokens.response_mask.sum(dim=1), cfg.group_size)
                 stats = grpo_update(
                     t.model,
                     t.optimizer,
@@ -293,19 +294,12 @@ def train(cfg: GRPOConfig, out: str) -> dict:
                 line["time/train"] = time.perf_counter() - t0
                 t.run.log(line, step=opt_step, split="train")
                 t.run.maybe_exit(opt_step)
-                timings = {"time/rollout": 0.0, "time/sync": 0.0}
+                timings = dict.fromkeys(timings, 0.0)
         grpo_step += 1
         bar.update(1)
         bar.set_postfix(reward=f"{rollout_stats['reward']:.3f}", refresh=False)
         # 6. Evaluate every eval_every GRPO steps and at the end; save every save_every.
-        if after_iteration(
-            t,
-            done=grpo_step,
-            total=cfg.n_grpo_steps,
-            step=opt_step,
-            grpo_step=grpo_step,
-            opt_step=opt_step,
-        ):
+        if after_iteration(t, cfg.n_grpo_steps, grpo_step=grpo_step, opt_step=opt_step):
             break  # max_wall_seconds spent
     bar.close()
     return finish_training(t, step=opt_step)

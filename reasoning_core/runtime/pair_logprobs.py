@@ -23,7 +23,12 @@ import torch
 
 from envs.base import load_prompt, render
 from reasoning_core import dpo_loss, sequence_log_probs
-from reasoning_core.runtime.batching import micro_batches, policy_log_probs, tokenize_pairs
+from reasoning_core.runtime.batching import (
+    TokenBatch,
+    micro_batches,
+    policy_log_probs,
+    tokenize_pairs,
+)
 
 
 def alpaca_prompt(instruction: str) -> str:
@@ -47,7 +52,7 @@ def model_device(model: torch.nn.Module) -> torch.device:
 
 
 def tokens_log_probs(
-    model: torch.nn.Module, tokens: dict[str, torch.Tensor], rows: list[int] | torch.Tensor
+    model: torch.nn.Module, tokens: TokenBatch, rows: list[int] | torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(sequence log-probs (n,), response token counts (n,))`` of ``rows`` of a
     :func:`~reasoning_core.runtime.batching.tokenize_pairs` batch, on ``model``'s device, with
@@ -55,7 +60,7 @@ def tokens_log_probs(
     device = model_device(model)
     micro = next(micro_batches(tokens, rows, len(rows)))
     log_probs, _ = policy_log_probs(model, micro, device, with_entropy=False)
-    mask = micro["response_mask"].to(device)
+    mask = micro.response_mask.to(device)
     return sequence_log_probs(log_probs, mask), mask.sum(dim=-1)
 
 

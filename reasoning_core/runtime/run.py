@@ -46,7 +46,8 @@ from reasoning_core.runtime.policy import (
     resolve_device,
     setup_torch,
 )
-from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams
+from reasoning_core.runtime.rollout import RolloutEngine
+from reasoning_core.runtime.sampling import eval_params
 from reasoning_core.runtime.settings import RESUME_MAY_CHANGE, CommonConfig, engine_options
 from reasoning_core.runtime.trackers import open_trackers
 
@@ -197,17 +198,9 @@ class Evaluator:
         self.task = task
         self.tokenizer = tokenizer
         self.examples = task.load(cfg.eval_split, limit=cfg.eval_examples)
-        self.params = SamplingParams(
-            n=1,
-            temperature=cfg.eval_temperature,
-            top_p=cfg.eval_top_p,
-            max_tokens=cfg.eval_max_tokens,
-            stop=list(cfg.stop),
-            include_stop_str_in_output=True,
-            seed=cfg.seed if cfg.eval_seed is None else cfg.eval_seed,
-        )
+        self.params = eval_params(cfg)
         self.entropy_micro = MicroBatchSize(
-            max(8, getattr(cfg, "micro_batch_size", 8)),
+            max(8, cfg.micro_batch_size),
             backoff=cfg.oom_backoff,
             name="eval entropy",
         )
@@ -318,15 +311,25 @@ def setup_training(
     return Training(run, model, tokenizer, optimizer, scheduler, counters, engine, evaluator)
 
 
-def after_iteration(t: Training, *, done: int, total: int, step: int, **counters: Any) -> bool:
-    """After iteration ``done`` of ``total`` (``step``: the optimizer step reached): evaluate at
-    the last one and every ``eval_every``; save resumable state (``counters``) every
-    ``save_every`` but the last (the finished run's checkpoint follows).
+def after_iteration(t: Training, total: int, **counters: int) -> bool:
+    """After an iteration of the trainer's loop of ``total``: evaluate at the last one and
+    every ``eval_every``; save resumable state (``counters``) every ``save_every`` but the last
+    (the finished run's checkpoint follows).
+
+    ``counters`` are what the state saves and a resumed run reads back (:meth:`Training.resumed`):
+    ``opt_step``, the optimizer step reached, and the trainer's iteration count when it has
+    one besides (``grpo_step``, ``ei_step``); the iterations done are that count, else
+    ``opt_step`` (SFT's iteration is its optimizer step).
 
     Returns True when the run must stop early because its elapsed wall time passed
     ``max_wall_seconds``: nothing is evaluated or saved here then; the trainer leaves its loop
-    and :func:`finish_training` evaluates at ``step``, saves the checkpoint and writes
+    and :func:`finish_training` evaluates at ``opt_step``, saves the checkpoint and writes
     ``done.json`` with ``stopped_on_budget: true``."""
+    step = counters["opt_step"]
+    iterations = [value for name, value in counters.items() if name != "opt_step"]
+    if len(iterations) > 1:
+        raise ValueError(f"one iteration counter besides opt_step, got {sorted(counters)}")
+    done = iterations[0] if iterations else step
     cfg = t.run.cfg
     is_last = done == total
     if not is_last and t.run.over_budget():

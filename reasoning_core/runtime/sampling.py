@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import envs
 from envs.grader import METRIC_KEYS as GRADE_KEYS  # ("grade/timeouts", "grade/errors")
@@ -20,7 +20,47 @@ from reasoning_core.runtime.rng import Stream, step_rng, step_seed
 from reasoning_core.runtime.rollout import Completion, RolloutEngine, SamplingParams
 
 
-def rollout_params(cfg: Any) -> SamplingParams:
+class RolloutSettings(Protocol):
+    """The settings of training rollouts (EI, GRPO and DPO's configs have them)."""
+
+    template: str
+    seed: int
+    stop: list[str]
+    train_split: str
+    train_examples: int | None
+    group_size: int
+    sampling_temperature: float
+    sampling_top_p: float
+    sampling_max_tokens: int
+    sampling_min_tokens: int
+
+
+class EvalSettings(Protocol):
+    """The settings of a sampled evaluation, the same names in ``rrl eval`` and the trainers."""
+
+    seed: int
+    stop: list[str]
+    eval_temperature: float
+    eval_top_p: float
+    eval_max_tokens: int
+    eval_seed: int | None
+
+
+# rrl eval's setting names before they became the trainers' (old -> new); an old name is
+# refused with a message naming the new one (config.build_config).
+EVAL_RENAMED = {
+    "split": "eval_split",
+    "limit": "eval_examples",
+    "temperature": "eval_temperature",
+    "top_p": "eval_top_p",
+    "max_tokens": "eval_max_tokens",
+    "min_tokens": "eval_min_tokens",
+    "batch_size": "eval_batch_size",
+    "n": "samples_per_problem",
+}
+
+
+def rollout_params(cfg: RolloutSettings) -> SamplingParams:
     """The ``SamplingParams`` of training rollouts: ``group_size`` samples per prompt from the
     ``sampling_*`` settings, stop strings kept in the output (the seed is set per step)."""
     return SamplingParams(
@@ -34,7 +74,30 @@ def rollout_params(cfg: Any) -> SamplingParams:
     )
 
 
-def load_questions(cfg: Any, task: envs.Task, need: int, message: str) -> list[envs.Example]:
+def eval_params(
+    cfg: EvalSettings,
+    *,
+    n: int = 1,
+    min_tokens: int = 0,
+    include_stop_str_in_output: bool = True,
+) -> SamplingParams:
+    """The ``SamplingParams`` of an evaluation, a trainer's or ``rrl eval``'s: the ``eval_*``
+    settings, seeded with ``eval_seed`` (null: ``seed``); ``n`` samples per problem."""
+    return SamplingParams(
+        n=n,
+        temperature=cfg.eval_temperature,
+        top_p=cfg.eval_top_p,
+        max_tokens=cfg.eval_max_tokens,
+        min_tokens=min_tokens,
+        stop=list(cfg.stop),
+        include_stop_str_in_output=include_stop_str_in_output,
+        seed=cfg.seed if cfg.eval_seed is None else cfg.eval_seed,
+    )
+
+
+def load_questions(
+    cfg: RolloutSettings, task: envs.Task, need: int, message: str
+) -> list[envs.Example]:
     """The training questions (``train_split``, ``train_examples`` of them); ConfigError with
     ``message`` (``{n}``: the number loaded) when there are fewer than ``need``."""
     questions = task.load(cfg.train_split, limit=cfg.train_examples)
@@ -84,7 +147,9 @@ class Rollouts:
     seed: int
 
     @classmethod
-    def from_config(cls, cfg: Any, task: envs.Task, questions: list[envs.Example]) -> Rollouts:
+    def from_config(
+        cls, cfg: RolloutSettings, task: envs.Task, questions: list[envs.Example]
+    ) -> Rollouts:
         return cls(
             questions=questions,
             task=task,

@@ -22,7 +22,13 @@ import torch
 import envs
 from reasoning_core.runtime.checkpoint import check_model_folder
 from reasoning_core.runtime.config import ConfigError
-from reasoning_core.runtime.engines import ENGINE_SETTINGS, ENGINES, HFEngine, StaticEngine
+from reasoning_core.runtime.engines import (
+    ENGINE_DEFAULT,
+    ENGINE_SETTINGS,
+    ENGINES,
+    HFEngine,
+    StaticEngine,
+)
 
 RESUME_MAY_CHANGE = {
     "device", "num_threads", "progress", "oom_backoff", "gradient_checkpointing",
@@ -76,7 +82,7 @@ class CommonConfig:
     """Run the training and scoring forwards through torch.compile (sampling and evaluation
     stay eager). Off by default: each micro-batch shape compiles first, which a short run does
     not win back (docs/benchmarks.md, GPU)."""
-    engine: Literal["auto", "hf", "static", "vllm"] = "hf"
+    engine: Literal["auto", "hf", "static", "vllm"] = ENGINE_DEFAULT
     """Rollout and evaluation engine: hf (transformers generate), static (preallocated KV
     cache, CUDA-graph decode on a GPU), vllm (in-process, weights synced after each step), or
     auto (vllm if it imports and the device is CUDA, else static on CUDA, else hf; done.json
@@ -139,6 +145,13 @@ class CommonConfig:
     trackers: list[Literal["tensorboard", "wandb"]] = field(default_factory=list)
     """Where metrics go besides metrics.jsonl: tensorboard (event files in OUT/tensorboard)
     and/or wandb (offline unless WANDB_MODE says otherwise); each needs its pip extra."""
+
+    @property
+    def micro_batch_size(self) -> int:
+        """Rows per micro batch of the training passes: each trainer's batch over its
+        ``gradient_accumulation_steps`` (a trainer's config says how); 8 for the common
+        settings alone. The no-gradient scoring passes take at least 8."""
+        return 8
 
     def validate(self) -> None:
         """Fail before any work with a message that names the setting."""

@@ -182,7 +182,7 @@ def train(cfg: SFTConfig, out: str) -> dict:
         line = {"epoch": epoch + (index + 1) / steps_per_epoch, **stats, **grading}
         t.run.log(line, step=step, split="train")
         t.run.maybe_exit(step)
-        if after_iteration(t, done=step, total=total_steps, step=step, opt_step=step):
+        if after_iteration(t, total_steps, opt_step=step):
             break  # max_wall_seconds spent
     bar.close()
     return finish_training(t, step=step, extra=info)

@@ -41,3 +41,26 @@ def test_a_rerun_is_identical_and_a_changed_metric_is_reported(tmp_path, capsys)
     assert script.main([str(saved), "--out", str(out), "--compare-only"]) == 1
     report = capsys.readouterr().out
     assert f"DIFFERENT {saved}: line 2: loss: {loss!r} -> {loss + 1e-6!r}" in report, report
+
+
+def test_a_renamed_setting_is_passed_under_its_new_name(tmp_path):
+    """A zero-shot run saved before rrl eval's settings took the trainers' names reruns with
+    them renamed one to one (values unchanged); a config with nothing renamed is used as is."""
+    script = load_script("benchmarks/rerun_identical.py")
+    run = tmp_path / "results" / "zero_shot" / "seed~0"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("model_path: m\nsplit: test\nlimit: 512\nseed: 0\n")
+    (run / "done.json").write_text('{"eval_accuracy": 0.25, "engine": "static"}')
+    assert script.method_of(run) == "eval"
+    path = script.renamed_config(run / "config.yaml", "eval", tmp_path)
+    assert path != run / "config.yaml"
+    assert path.read_text().splitlines() == [
+        "model_path: m",
+        "eval_split: test",
+        "eval_examples: 512",
+        "seed: 0",
+    ]
+    current = tmp_path / "current.yaml"
+    current.write_text("model_path: m\neval_examples: 512\n")
+    assert script.renamed_config(current, "eval", tmp_path) == current
+    assert script.renamed_config(current, "grpo", tmp_path) == current

@@ -184,18 +184,18 @@ def test_fast_path_needs_no_workers():
 def test_interrupted_call_does_not_leak_into_the_next(monkeypatch):
     """A call cut short (here: Ctrl-C while waiting) leaves busy workers; the next call must
     not receive their answers."""
-    from envs import grader
+    from envs import grade_pool, grader
 
     grade_batch(_sleepy, ["0", "0"], ["1", "1"], timeout=5, num_workers=2)  # both workers ready
-    real_wait = grader.wait
+    real_wait = grade_pool.wait
 
     def interrupted_wait(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(grader, "wait", interrupted_wait)
+    monkeypatch.setattr(grade_pool, "wait", interrupted_wait)
     with pytest.raises(KeyboardInterrupt):
         grade_batch(_sleepy, ["0.3", "0.3"], ["7", "7"], timeout=5, num_workers=2)
-    monkeypatch.setattr(grader, "wait", real_wait)
+    monkeypatch.setattr(grade_pool, "wait", real_wait)
     assert any(w.job is not None for w in grader._POOL.workers)  # answers still in flight
     out = grade_batch(_sleepy, ["0.5"], ["1"], timeout=5, num_workers=2)
     assert [r["reward"] for r in out] == [1.0]

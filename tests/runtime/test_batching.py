@@ -85,7 +85,7 @@ def _oom_above(monkeypatch, max_train_rows: int, max_scoring_rows: int) -> None:
     over_limit = [0]
 
     def forward(model, micro, device, **kw):
-        rows = len(micro["rows"])
+        rows = len(micro.rows)
         if torch.is_grad_enabled() and rows > max_train_rows:
             over_limit[0] += 1
             if over_limit[0] % 2 == 0:

@@ -31,7 +31,7 @@ def run_eval(argv, capsys) -> tuple[int, str]:
 
 def test_yaml_syntax_error_names_file_and_line(tmp_path, capsys):
     path = tmp_path / "bad.yaml"
-    path.write_text("eval:\n  task: arithmetic\n  limit: [3\n")
+    path.write_text("eval:\n  task: arithmetic\n  eval_examples: [3\n")
     rc, err = run_eval(["--config", str(path), "--out", str(tmp_path / "r")], capsys)
     assert rc == 2
     assert err.startswith(f"rrl eval: {path}:3:")  # the line of the unclosed bracket
@@ -55,10 +55,17 @@ def test_binary_file_as_config_is_named(tmp_path):
 
 @pytest.mark.parametrize("value", ["[3", ": x", "{a: 1", "'open"])
 def test_unparsable_set_value_names_the_override(value, tmp_path, capsys):
-    argv = ["--set", "model_path=x", "--set", f"limit={value}", "--out", str(tmp_path / "r")]
+    argv = [
+        "--set",
+        "model_path=x",
+        "--set",
+        f"eval_examples={value}",
+        "--out",
+        str(tmp_path / "r"),
+    ]
     rc, err = run_eval(argv, capsys)
     assert rc == 2, err
-    assert err.startswith("rrl eval: --set limit=") and "not a valid YAML value" in err
+    assert err.startswith("rrl eval: --set eval_examples=") and "not a valid YAML value" in err
     assert "Traceback" not in err
 
 
@@ -115,9 +122,9 @@ def test_resume_check_names_a_single_changed_setting(tmp_path):
 @pytest.mark.parametrize(
     ("line", "needle"),
     [
-        ("limmit: 3", "unknown setting(s) ['limmit']"),
-        ("limit: three", "setting 'limit' must be an integer, got 'three'"),
-        ("temperature: hot", "setting 'temperature' must be a number"),
+        ("eval_exampels: 3", "unknown setting(s) ['eval_exampels']"),
+        ("eval_examples: three", "setting 'eval_examples' must be an integer, got 'three'"),
+        ("eval_temperature: hot", "setting 'eval_temperature' must be a number"),
         ("stop: </answer>", "setting 'stop' must be a list"),
     ],
 )

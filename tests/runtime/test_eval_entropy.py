@@ -20,6 +20,7 @@ from tiny_model import build_model, build_tokenizer, save_canonical_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from reasoning_core.runtime import evaluate, generations, sft
+from reasoning_core.runtime.batching import MicroBatchSize
 from reasoning_core.runtime.eval_loop import evaluate_policy
 from reasoning_core.runtime.metrics import read_metrics
 from reasoning_core.runtime.rollout import Completion, SamplingParams
@@ -91,7 +92,7 @@ def test_eval_entropy_is_the_token_weighted_full_softmax_entropy(task, examples)
     assert summary["time/entropy"] >= 0.0
     # Micro batches change only the grouping of the forwards, not the value.
     for size in (1, 2, 5):
-        got = evaluate.records_entropy(model, tokenizer, records, size)
+        got = evaluate.records_entropy(model, tokenizer, records, MicroBatchSize(size))
         assert got == pytest.approx(summary["entropy"], abs=1e-6)
     # Without a model there is no entropy, explicitly.
     summary, _ = evaluate_policy(Scripted(TEXTS), examples, task, "r1_zero", params)
@@ -116,8 +117,15 @@ def test_rrl_eval_lines_and_summary_carry_entropy(tmp_path, monkeypatch, example
     model_dir = save_canonical_model(tmp_path / "model")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    base = ["--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "limit=5"]
-    base += ["--set", "max_tokens=16", "--set", "device=cpu"]
+    base = [
+        "--set",
+        f"model_path={model_dir}",
+        "--set",
+        "task=arithmetic",
+        "--set",
+        "eval_examples=5",
+    ]
+    base += ["--set", "eval_max_tokens=16", "--set", "device=cpu"]
 
     def outputs(out):
         (line,) = read_metrics(out)

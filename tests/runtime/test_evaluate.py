@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -11,6 +12,7 @@ from tiny_model import build_model, build_tokenizer, save_tiny_model
 from reasoning_core.runtime import evaluate, generations
 from reasoning_core.runtime.eval_loop import chunk_seed
 from reasoning_core.runtime.rollout import Completion, SamplingParams
+from reasoning_core.runtime.settings import CommonConfig
 
 
 class ScriptedEngine:
@@ -117,8 +119,15 @@ def test_rrl_eval_writes_run_folder(tmp_path, monkeypatch, examples, model_dir, 
     engine = ScriptedEngine(scripted_for(examples))
     monkeypatch.setattr(evaluate, "build_engine", lambda cfg: engine)
     out = tmp_path / "run"
-    argv = ["--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "limit=6"]
-    assert evaluate.main([*argv, "--set", "split=test", "--out", str(out)]) == 0
+    argv = [
+        "--set",
+        f"model_path={model_dir}",
+        "--set",
+        "task=arithmetic",
+        "--set",
+        "eval_examples=6",
+    ]
+    assert evaluate.main([*argv, "--set", "eval_split=test", "--out", str(out)]) == 0
     assert engine.calls[0][1].temperature == 1.0 and engine.calls[0][1].stop == ["</answer>"]
 
     lines = (out / "generations" / "step_000000.jsonl").read_text().splitlines()
@@ -161,7 +170,14 @@ def test_rrl_eval_samples_with_its_seed_setting(tmp_path, monkeypatch, examples,
     the engine, so that zero-shot seed N draws what a trainer's step 0 with seed N draws."""
     engine = ScriptedEngine(scripted_for(examples))
     monkeypatch.setattr(evaluate, "build_engine", lambda cfg: engine)
-    argv = ["--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "limit=6"]
+    argv = [
+        "--set",
+        f"model_path={model_dir}",
+        "--set",
+        "task=arithmetic",
+        "--set",
+        "eval_examples=6",
+    ]
     for seed in (0, 3):
         out = tmp_path / f"seed{seed}"
         assert evaluate.main([*argv, "--set", f"seed={seed}", "--out", str(out)]) == 0
@@ -172,8 +188,8 @@ def test_rrl_eval_with_real_hf_engine(tmp_path):
     model_dir = save_tiny_model(tmp_path / "model")
     out = tmp_path / "run"
     argv = [
-        "--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "split=test",
-        "--set", "limit=4", "--set", "engine=hf", "--set", "max_tokens=12", "--out", str(out),
+        "--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "eval_split=test",
+        "--set", "eval_examples=4", "--set", "engine=hf", "--set", "eval_max_tokens=12", "--out", str(out),
     ]  # fmt: skip
     assert evaluate.main(argv) == 0
     records = [
@@ -207,8 +223,15 @@ def test_interrupted_eval_leaves_nothing_marked_complete_and_reruns(
             return super().generate(prompts, params)
 
     out = tmp_path / "results" / "zero_shot"
-    argv = ["--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "limit=6"]
-    argv += ["--set", "batch_size=2", "--out", str(out)]
+    argv = [
+        "--set",
+        f"model_path={model_dir}",
+        "--set",
+        "task=arithmetic",
+        "--set",
+        "eval_examples=6",
+    ]
+    argv += ["--set", "eval_batch_size=2", "--out", str(out)]
     monkeypatch.setattr(evaluate, "build_engine", lambda cfg: Interrupted(scripted_for(examples)))
     with pytest.raises(KeyboardInterrupt):
         evaluate.main(argv)
@@ -283,7 +306,7 @@ def test_bad_data_path_is_named_and_leaves_no_run_folder(model_dir, tmp_path, ca
 
 
 def test_unknown_split_or_template_fails_before_any_work(model_dir, tmp_path, capsys):
-    for bad in ("split=dev", "template=chatml"):
+    for bad in ("eval_split=dev", "template=chatml"):
         argv = ["--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", bad]
         assert evaluate.main([*argv, "--out", str(tmp_path / "r")]) == 2
         assert repr(bad.partition("=")[2]) in capsys.readouterr().err
@@ -339,13 +362,20 @@ class TwoSampleEngine(ScriptedEngine):
 def test_rrl_eval_with_several_samples_per_example(
     tmp_path, monkeypatch, task, examples, model_dir
 ):
-    """n=2: every sample is graded and counted; means are over responses, the example count
+    """samples_per_problem=2: every sample is graded and counted; means are over responses, the example count
     (done.json, summary) over examples."""
     truths = {task.format_prompt(ex, "r1_zero"): ex.ground_truth for ex in examples}
     monkeypatch.setattr(evaluate, "build_engine", lambda cfg: TwoSampleEngine(truths))
     out = tmp_path / "run"
-    argv = ["--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "limit=6"]
-    assert evaluate.main([*argv, "--set", "n=2", "--out", str(out)]) == 0
+    argv = [
+        "--set",
+        f"model_path={model_dir}",
+        "--set",
+        "task=arithmetic",
+        "--set",
+        "eval_examples=6",
+    ]
+    assert evaluate.main([*argv, "--set", "samples_per_problem=2", "--out", str(out)]) == 0
     lines = (out / "generations" / "step_000000.jsonl").read_text().splitlines()
     records = [json.loads(x) for x in lines]
     assert [(r["id"], r["sample"]) for r in records] == [
@@ -377,7 +407,14 @@ def test_rerun_after_a_crash_before_done_json_logs_one_eval_line(
     monkeypatch.setattr(
         evaluate, "build_engine", lambda cfg: ScriptedEngine(scripted_for(examples))
     )
-    argv = ["--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "limit=6"]
+    argv = [
+        "--set",
+        f"model_path={model_dir}",
+        "--set",
+        "task=arithmetic",
+        "--set",
+        "eval_examples=6",
+    ]
     assert evaluate.main([*argv, "--out", str(out)]) == 0
     (line,) = (out / "metrics.jsonl").read_text().splitlines()
     assert json.loads(line)["accuracy"] == pytest.approx(2 / 6)
@@ -417,3 +454,34 @@ def test_a_trainers_evaluation_takes_the_eval_split_and_the_eval_sampling_settin
     assert not {e.question for e in evaluator.examples} & {e.question for e in train}
     params = evaluator.params
     assert (params.temperature, params.max_tokens, params.n) == (0.0, 33, 1)
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(evaluate.EvalConfig.RENAMED.items()))
+def test_an_old_setting_name_stops_with_the_new_one(model_dir, tmp_path, capsys, old, new):
+    """rrl eval's evaluation settings have the trainers' names; an old name is refused before
+    any work, naming the one to write instead."""
+    argv = ["--set", f"model_path={model_dir}", "--set", f"{old}=1", "--out", str(tmp_path / "r")]
+    assert evaluate.main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"setting {old!r} of EvalConfig was renamed {new!r}" in err, err
+    assert new in {f.name for f in dataclasses.fields(evaluate.EvalConfig)}
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_trainers_and_rrl_eval_share_the_evaluation_names_and_engine_default():
+    trainer = {f.name: f.default for f in dataclasses.fields(CommonConfig)}
+    command = {f.name: f.default for f in dataclasses.fields(evaluate.EvalConfig)}
+    for name in (
+        "eval_split",
+        "eval_examples",
+        "eval_temperature",
+        "eval_top_p",
+        "eval_max_tokens",
+        "eval_seed",
+        "eval_batch_size",
+        "stop",
+        "seed",
+        "engine",
+    ):
+        assert name in trainer and name in command, name
+    assert trainer["engine"] == command["engine"] == "auto"

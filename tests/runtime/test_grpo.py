@@ -203,9 +203,16 @@ def test_grpo_epochs_reuse_the_sampling_policy_log_probs(world, tmp_path, monkey
         return real(*args, **kw)
 
     monkeypatch.setattr(grpo, "grpo_update", update)
-    train = train_lines(run_trainer(grpo, cfg, world, tmp_path / "run"))
+    records = run_trainer(grpo, cfg, world, tmp_path / "run")
+    train = train_lines(records)
     assert [r["step"] for r in train] == [1, 2, 3, 4]
     assert len(calls) == 4
+    # Every train line has the same time/ keys; the rollout's times sit on its first line.
+    timed = [r for r in records if r["split"] == "train"]
+    assert {tuple(sorted(k for k in r if k.startswith("time/"))) for r in timed} == {
+        ("time/elapsed", "time/grade", "time/prepare", "time/rollout", "time/sync", "time/train")
+    }
+    assert all(r[k] == 0.0 for r in timed[1:] for k in ("time/grade", "time/prepare"))
     for epoch in range(2):
         assert sorted(calls[2 * epoch] + calls[2 * epoch + 1]) == list(range(16)), epoch
     assert calls[0] != calls[2]  # each epoch cuts the rollout batch in a new order
@@ -261,8 +268,8 @@ def test_shared_prompt_micro_batches_hold_whole_groups(world, tmp_path, monkeypa
     train_lines(run_trainer(grpo, cfg, world, tmp_path / "run"))
     ro = seen[0]
     tokens = tokenize_pairs(ro.prompts, ro.responses, AutoTokenizer.from_pretrained(world))
-    lengths = tokens["lengths"].tolist()  # what the length sort orders by
-    responses = tokens["response_mask"].sum(1).tolist()
+    lengths = tokens.lengths.tolist()  # what the length sort orders by
+    responses = tokens.response_mask.sum(1).tolist()
     assert len(calls) == cfg["rollout_batch_size"] // cfg["train_batch_size"]
     for rows in calls:
         groups = [r // cfg["group_size"] for r in rows]

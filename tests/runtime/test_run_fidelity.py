@@ -146,7 +146,7 @@ def test_rrl_eval_counts_a_grading_error_and_warns(
     monkeypatch.setattr(evaluate, "build_engine", lambda cfg: engine)
     model_dir = save_tiny_model(tmp_path / "model")
     out = tmp_path / "run"
-    argv = sets({"model_path": str(model_dir), "task": "arithmetic", "limit": 6})
+    argv = sets({"model_path": str(model_dir), "task": "arithmetic", "eval_examples": 6})
     assert evaluate.main([*argv, "--out", str(out)]) == 0
     err = capsys.readouterr().err
     assert "warning: grading timed out on 0 and raised on 1 of 6 responses" in err, err
@@ -241,7 +241,7 @@ def test_summary_lists_the_first_ten_of_each_category_in_eval_order(tmp_path, mo
     engine = EchoEngine(scripted(examples, kinds))
     monkeypatch.setattr(evaluate, "build_engine", lambda cfg: engine)
     model_dir = save_tiny_model(tmp_path / "model")
-    argv = sets({"model_path": str(model_dir), "task": "arithmetic", "limit": 36})
+    argv = sets({"model_path": str(model_dir), "task": "arithmetic", "eval_examples": 36})
     for out in (tmp_path / "a", tmp_path / "b"):
         assert evaluate.main([*argv, "--out", str(out)]) == 0
     first, second = (json.loads((tmp_path / d / "summary.json").read_text()) for d in "ab")

@@ -11,7 +11,12 @@ import torch
 from tiny_model import build_model, build_tokenizer
 
 from reasoning_core import get_response_log_probs
-from reasoning_core.runtime.batching import check_packable, policy_log_probs, tokenize_pairs
+from reasoning_core.runtime.batching import (
+    MicroBatch,
+    check_packable,
+    policy_log_probs,
+    tokenize_pairs,
+)
 
 PROMPTS = ["1 + 2 =", "x + 3 =", "1 + 2 =", "12 + 3 + 4 =", "x + 3 =", "1 + 2 ="]
 RESPONSES = [" 3", " x + 3 = 7 </answer>", " 12 + 12", " 19", " 4", ""]
@@ -27,8 +32,13 @@ def batch(tokenizer):
     return tokenize_pairs(PROMPTS, RESPONSES, tokenizer)
 
 
+def whole(batch):
+    """Every row of a token batch as one micro batch (its full width)."""
+    return MicroBatch(torch.arange(batch.rows), batch.input_ids, batch.labels, batch.response_mask)
+
+
 def both(model, batch, **kw):
-    micro = {k: batch[k] for k in ("input_ids", "labels", "response_mask")}
+    micro = whole(batch)
     full = policy_log_probs(model, micro, torch.device("cpu"), **kw)
     shared = policy_log_probs(model, micro, torch.device("cpu"), share_prompts=True, **kw)
     return full, shared
@@ -40,7 +50,7 @@ def test_response_positions_match_the_full_forward_and_the_rest_are_zero(
 ):
     model = build_model(len(tokenizer), seed=0).eval()
     model.set_attn_implementation(attention)
-    mask = batch["response_mask"]
+    mask = batch.response_mask
     assert mask.sum(1).tolist()[-1] == 0 and mask.sum(1).min() < mask.sum(1).max()
     (lp, ent), (slp, sent) = both(model, batch)
     assert slp.shape == lp.shape == sent.shape
@@ -54,7 +64,7 @@ def test_response_positions_match_the_full_forward_and_the_rest_are_zero(
 
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointing"])
 def test_gradients_match_the_full_forward(tokenizer, batch, checkpointing):
-    mask = batch["response_mask"]
+    mask = batch.response_mask
     weights = torch.linspace(-1.0, 2.0, mask.numel()).reshape(mask.shape)
     grads = []
     for share in (False, True):
@@ -65,7 +75,7 @@ def test_gradients_match_the_full_forward(tokenizer, batch, checkpointing):
             )
         lp, ent = policy_log_probs(
             model,
-            {k: batch[k] for k in ("input_ids", "labels", "response_mask")},
+            whole(batch),
             torch.device("cpu"),
             share_prompts=share,
         )
@@ -91,8 +101,8 @@ def test_each_prompt_is_packed_once_with_its_responses(tokenizer, batch):
         hook.remove()
     full, packed = seen
     assert full[0] == len(PROMPTS)
-    counts = batch["response_mask"].sum(1)
-    prompt_len = batch["lengths"] - counts + 1  # lengths: one past the last label index
+    counts = batch.response_mask.sum(1)
+    prompt_len = batch.lengths - counts + 1  # lengths: one past the last label index
     packs: dict[str, int] = {}
     for prompt, p, c in zip(PROMPTS, prompt_len.tolist(), counts.tolist(), strict=True):
         if c:
@@ -110,12 +120,12 @@ def test_flash_attention_is_refused_naming_the_setting(tokenizer):
 
 def test_a_batch_without_response_tokens_scores_nothing(tokenizer):
     batch = tokenize_pairs(["1 + 2 ="], [""], tokenizer)
-    micro = {k: batch[k] for k in ("input_ids", "labels", "response_mask")}
+    micro = whole(batch)
     lp, ent = policy_log_probs(
         build_model(len(tokenizer), seed=0), micro, torch.device("cpu"), share_prompts=True
     )
-    assert lp.shape == batch["labels"].shape and not lp.any() and not ent.any()
+    assert lp.shape == batch.labels.shape and not lp.any() and not ent.any()
     full = get_response_log_probs(
-        build_model(len(tokenizer), seed=0), batch["input_ids"], batch["labels"]
+        build_model(len(tokenizer), seed=0), batch.input_ids, batch.labels
     )
     assert full["log_probs"].shape == lp.shape

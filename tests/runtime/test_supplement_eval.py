@@ -16,10 +16,10 @@ def test_rrl_eval_on_a_supplement_task_with_greedy_decoding_and_the_query_stop(t
     model_dir = save_tiny_model(tmp_path / "model")
     out = tmp_path / "run"
     argv = [
-        "--set", f"model_path={model_dir}", "--set", f"task={task}", "--set", "split=test",
-        "--set", "template=zero_shot_system_prompt", "--set", "limit=2", "--set", "engine=hf",
-        "--set", "temperature=0", "--set", 'stop=["# Query:"]',
-        "--set", "include_stop_str_in_output=false", "--set", "max_tokens=4",
+        "--set", f"model_path={model_dir}", "--set", f"task={task}", "--set", "eval_split=test",
+        "--set", "template=zero_shot_system_prompt", "--set", "eval_examples=2", "--set", "engine=hf",
+        "--set", "eval_temperature=0", "--set", 'stop=["# Query:"]',
+        "--set", "include_stop_str_in_output=false", "--set", "eval_max_tokens=4",
         "--set", "entropy=false", "--out", str(out),
     ]  # fmt: skip
     assert evaluate.main(argv) == 0

@@ -54,3 +54,35 @@ def test_each_update_starts_from_a_zero_gradient(world, tmp_path, monkeypatch, m
     first, second = train_lines(run_trainer(mod, cfg, world, tmp_path / "run"))
     assert first["grad_norm"] > 0
     assert second["grad_norm"] == pytest.approx(first["grad_norm"], rel=1e-4)
+
+
+# The modules a GRPO optimizer step runs through, from grpo.train to the core's losses.
+UPDATE_PATH = (
+    "reasoning_core/runtime/grpo.py",
+    "reasoning_core/runtime/updates.py",
+    "reasoning_core/runtime/batching.py",
+    "reasoning_core/losses.py",
+    "reasoning_core/logprobs.py",
+    "reasoning_core/masked.py",
+    "reasoning_core/advantages.py",
+)
+
+
+@pytest.mark.parametrize("path", UPDATE_PATH)
+def test_no_function_on_the_update_path_is_defined_inside_another(path):
+    """Every step of an update is a module-level function a reader can find by name (the
+    out-of-memory retry takes the accumulation function and its arguments, no closure)."""
+    import ast
+
+    from project_root import ROOT
+
+    tree = ast.parse((ROOT / path).read_text())
+    nested = [
+        f"{outer.name} defines {getattr(inner, 'name', 'a lambda')} (line {inner.lineno})"
+        for outer in ast.walk(tree)
+        if isinstance(outer, ast.FunctionDef | ast.AsyncFunctionDef)
+        for inner in ast.walk(outer)
+        if inner is not outer
+        and isinstance(inner, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+    ]
+    assert not nested, nested

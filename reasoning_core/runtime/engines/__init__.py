@@ -28,6 +28,9 @@ from reasoning_core.runtime.rollout import RolloutEngine
 
 ENGINES = ("hf", "static", "vllm")
 ENGINE_SETTINGS = ("auto", *ENGINES)  # the values of setting `engine`
+# The default of setting `engine`, the trainers' and rrl eval's alike: the best engine the
+# device has (resolve_engine), hf on a CPU.
+ENGINE_DEFAULT = "auto"
 
 
 @functools.cache

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from reasoning_core.runtime.batching import MicroBatchSize
+from reasoning_core.runtime.batching import MicroBatchSize, TokenBatch
 from reasoning_core.runtime.gpu_check.device import (
     OOM_ERRORS,
     free_memory,
@@ -36,9 +36,7 @@ from reasoning_core.runtime.updates import (
 )
 
 
-def synthetic_batch(
-    config: Any, rows: int, prompt_len: int, response_len: int
-) -> dict[str, torch.Tensor]:
+def synthetic_batch(config: Any, rows: int, prompt_len: int, response_len: int) -> TokenBatch:
     """A tokenized batch as :func:`~reasoning_core.runtime.batching.tokenize_pairs` returns
     it (on the CPU): random ids, ``prompt_len + response_len`` tokens per row, the response
     mask from the last prompt position on, every row full length."""
@@ -47,12 +45,7 @@ def synthetic_batch(
     ids = torch.randint(0, config.vocab_size, (rows, seq + 1), generator=g)
     mask = torch.zeros(rows, seq, dtype=torch.bool)
     mask[:, prompt_len - 1 :] = True
-    return {
-        "input_ids": ids[:, :-1],
-        "labels": ids[:, 1:],
-        "response_mask": mask,
-        "lengths": torch.full((rows,), seq),
-    }
+    return TokenBatch(ids[:, :-1], ids[:, 1:], mask, torch.full((rows,), seq))
 
 
 def _optimizer(model: torch.nn.Module, device: torch.device):
@@ -86,7 +79,10 @@ def measure_train_step(
     tokens = synthetic_batch(config, micro_batch, prompt_len, response_len)
     rows = list(range(micro_batch))
     opt, sched = _optimizer(model, device)
-    common = dict(micro_batch_size=micro_batch, device=device, max_grad_norm=1.0)
+    # A fixed size: an out-of-memory error here is a measurement (measure_oom_backoff tests
+    # the back-off).
+    fixed = MicroBatchSize(micro_batch, backoff=False, name="gpu-check")
+    common = dict(micro_batch_size=fixed, device=device, max_grad_norm=1.0)
     if kind == "sft":
 
         def one_step() -> None:
@@ -94,7 +90,7 @@ def measure_train_step(
     else:
         # The sampling policy's log-probs, scored once as the GRPO trainer does (not timed).
         advantages = torch.linspace(-1, 1, micro_batch)
-        old = compute_old_log_probs(model, tokens, device, micro_batch)
+        old = compute_old_log_probs(model, tokens, device, fixed)
         rollouts = ScoredRollouts(tokens, advantages, advantages, old)
         loss = PolicyGradientLoss("grpo_clip", cliprange=0.2)
 

@@ -182,8 +182,15 @@ def test_make_rollout_engine_builds_the_resolved_engine(model_dir, monkeypatch):
 
 def test_rrl_eval_auto_on_cpu_records_the_engine(model_dir, tmp_path, capsys):
     out = tmp_path / "eval"
-    argv = ["--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "limit=2"]
-    argv += ["--set", "engine=auto", "--set", "device=cpu", "--set", "max_tokens=8"]
+    argv = [
+        "--set",
+        f"model_path={model_dir}",
+        "--set",
+        "task=arithmetic",
+        "--set",
+        "eval_examples=2",
+    ]
+    argv += ["--set", "engine=auto", "--set", "device=cpu", "--set", "eval_max_tokens=8"]
     assert evaluate.main([*argv, "--out", str(out)]) == 0
     assert json.loads((out / "done.json").read_text())["engine"] == "hf"
     assert "[eval] rollout engine: hf (engine: auto)" in capsys.readouterr().err

@@ -410,8 +410,8 @@ def test_rrl_eval_runs_with_the_static_engine(tmp_path):
     model_dir = save_tiny_model(tmp_path / "model")
     out = tmp_path / "run"
     argv = [
-        "--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "split=test",
-        "--set", "limit=4", "--set", "engine=static", "--set", "max_tokens=12",
+        "--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "eval_split=test",
+        "--set", "eval_examples=4", "--set", "engine=static", "--set", "eval_max_tokens=12",
         "--out", str(out),
     ]  # fmt: skip
     assert evaluate.main(argv) == 0

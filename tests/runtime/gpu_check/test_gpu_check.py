@@ -324,18 +324,19 @@ def test_compile_benchmark_runs_tiny(tmp_path):
 @pytest.mark.parametrize("kind", ["sft", "grpo"])
 def test_timed_step_is_the_trainers_optimizer_step(monkeypatch, kind):
     """measure_train_step times the trainers' own update (sft_update / grpo_update), whose
-    every step goes through updates.optimizer_step, not a copy of the step."""
+    every step accumulates through updates.accumulate_sft / accumulate_grpo, not a copy."""
     from reasoning_core.runtime import updates
     from reasoning_core.runtime.gpu_check import device as gc_device
 
     calls: list[int] = []
-    real = updates.optimizer_step
+    name = f"accumulate_{kind}"
+    real = getattr(updates, name)
 
-    def counting(*args, **kwargs):
-        calls.append(kwargs["micro_batch_size"])
-        return real(*args, **kwargs)
+    def counting(size, *args):
+        calls.append(size)
+        return real(size, *args)
 
-    monkeypatch.setattr(updates, "optimizer_step", counting)
+    monkeypatch.setattr(updates, name, counting)
     cpu = torch.device("cpu")
     model, config = gc_device.build_model(True, cpu, torch.float32, "sdpa")
     before = [p.detach().clone() for p in model.parameters()]
