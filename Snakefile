@@ -47,6 +47,7 @@ include: "workflow/rules/dpo.smk"
 include: "workflow/rules/seeds.smk"
 include: "workflow/rules/plots.smk"
 include: "workflow/rules/eval_suite.smk"
+include: "workflow/rules/supplement.smk"
 
 
 rule all:

@@ -22,6 +22,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "the five-benchmark suite under several templates, beside published numbers",
     ),
     "sft": ("reasoning_core.runtime.sft", "supervised fine-tuning on reasoning traces"),
+    "instruction-sft": (
+        "reasoning_core.runtime.instruction_sft",
+        "instruction tuning on packed {prompt, response} data (the supplement's SFT)",
+    ),
     "ei": ("reasoning_core.runtime.ei", "expert iteration"),
     "grpo": ("reasoning_core.runtime.grpo", "GRPO and its policy-gradient relatives"),
     "dpo": ("reasoning_core.runtime.dpo", "direct preference optimization on pairs"),

@@ -187,9 +187,10 @@ def eval_device(cfg: EvalConfig) -> str:
     return cfg.device
 
 
-def load_hf_model(cfg: EvalConfig) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` from ``cfg.model_path`` with Hugging Face, on :func:`eval_device`."""
-    model, tokenizer = model_and_tokenizer(cfg.model_path, None, cfg.dtype, engine="rrl eval")
+def load_hf_model(cfg: EvalConfig, command: str = "rrl eval") -> tuple[Any, Any]:
+    """``(model, tokenizer)`` from ``cfg.model_path`` with Hugging Face, on :func:`eval_device`
+    (a load error names ``command``)."""
+    model, tokenizer = model_and_tokenizer(cfg.model_path, None, cfg.dtype, engine=command)
     return model.to(eval_device(cfg)), tokenizer
 
 
@@ -198,10 +199,15 @@ def engine_kind(cfg: EvalConfig) -> str:
     return resolve_engine(cfg.engine, eval_device(cfg))
 
 
-def build_engine(cfg: EvalConfig) -> RolloutEngine:
+def build_engine(
+    cfg: EvalConfig, *, command: str = "rrl eval", **vllm_options: Any
+) -> RolloutEngine:
+    """The engine of :func:`engine_kind` on ``cfg``'s model; the commands that sample through
+    it (``rrl supplement-generate``, ``rrl safety-judge``) name themselves as ``command`` and
+    may add options of the vLLM engine (``tensor_parallel_size``)."""
     kind = engine_kind(cfg)
     if kind in ("hf", "static"):
-        model, tokenizer = load_hf_model(cfg)
+        model, tokenizer = load_hf_model(cfg, command)
         return make_engine(kind, model, tokenizer)
     return make_engine(
         "vllm",
@@ -212,6 +218,7 @@ def build_engine(cfg: EvalConfig) -> RolloutEngine:
         max_model_len=cfg.max_model_len,
         kv_cache_memory_bytes=cfg.kv_cache_memory_bytes,
         gpu_memory_utilization=cfg.gpu_memory_utilization,
+        **vllm_options,
     )
 
 

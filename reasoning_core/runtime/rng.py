@@ -30,6 +30,7 @@ class Stream(IntEnum):
     DPO_VAL = 6  # DPO: the pairs held out for validation
     SFT_SUBSET = 10  # SFT: the examples that `max_examples` keeps
     SFT_ORDER = 11  # SFT: the example order of one epoch, keyed by the epoch
+    PACKED_ORDER = 12  # instruction SFT: the order of the packed chunks, keyed by the epoch
 
 
 def step_rng(seed: int, stream: Stream, *keys: int) -> np.random.Generator:

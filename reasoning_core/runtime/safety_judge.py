@@ -30,10 +30,9 @@ from typing import Any, Literal
 
 from envs.base import load_prompt, render
 from envs.supplement import read_safety_outputs
+from reasoning_core.runtime import evaluate
 from reasoning_core.runtime.checkpoint import check_model_folder
 from reasoning_core.runtime.config import ConfigError, resolve_command, save_config
-from reasoning_core.runtime.engines import make_engine, resolve_engine
-from reasoning_core.runtime.engines.hf import model_and_tokenizer
 from reasoning_core.runtime.metrics import finished_run, write_json_atomic
 from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams
 
@@ -138,12 +137,17 @@ def score_judgements(
 # ----------------------------------------------------------------------------- the command
 
 
-def judge_device(cfg: SafetyJudgeConfig) -> str:
-    if cfg.device != "auto":
-        return cfg.device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
+def judge_eval_config(cfg: SafetyJudgeConfig) -> evaluate.EvalConfig:
+    """The judge's model and placement as ``rrl eval``'s settings, so that the judge's engine
+    is built (and ``engine: auto`` resolved) exactly as ``rrl eval`` builds its own."""
+    return evaluate.EvalConfig(
+        model_path=cfg.judge_path,
+        engine=cfg.engine,
+        device=cfg.device,
+        dtype=cfg.dtype,
+        max_model_len=cfg.max_model_len,
+        gpu_memory_utilization=cfg.gpu_memory_utilization,
+    )
 
 
 def load_judge_tokenizer(cfg: SafetyJudgeConfig) -> Any:
@@ -183,22 +187,11 @@ def tokenizer_adds_bos(tokenizer: Any) -> bool:
 
 
 def build_engine(cfg: SafetyJudgeConfig) -> RolloutEngine:
-    kind = resolve_engine(cfg.engine, judge_device(cfg))
+    eval_cfg = judge_eval_config(cfg)
+    kind = evaluate.engine_kind(eval_cfg)
     print(f"[safety-judge] judge engine: {kind} (engine: {cfg.engine})", file=sys.stderr)
-    if kind in ("hf", "static"):
-        model, tokenizer = model_and_tokenizer(
-            cfg.judge_path, None, cfg.dtype, engine="rrl safety-judge"
-        )
-        return make_engine(kind, model.to(judge_device(cfg)), tokenizer)
-    return make_engine(
-        "vllm",
-        cfg.judge_path,
-        None,
-        dtype=cfg.dtype,
-        seed=0,
-        max_model_len=cfg.max_model_len,
-        gpu_memory_utilization=cfg.gpu_memory_utilization,
-        tensor_parallel_size=cfg.tensor_parallel_size,
+    return evaluate.build_engine(
+        eval_cfg, command="rrl safety-judge", tensor_parallel_size=cfg.tensor_parallel_size
     )
 
 
@@ -212,7 +205,7 @@ def run_safety_judge(cfg: SafetyJudgeConfig, out: str | Path) -> dict[str, Any]:
     save_config(cfg, out)
     questions = [judge_question(r["prompts_final"], r["output"]) for r in records]
     tokenizer = load_judge_tokenizer(cfg)
-    vllm = resolve_engine(cfg.engine, judge_device(cfg)) == "vllm"
+    vllm = evaluate.engine_kind(judge_eval_config(cfg)) == "vllm"
     adds_bos = vllm and tokenizer_adds_bos(tokenizer)
     prompts = judge_prompts(questions, tokenizer, cfg.chat_template, engine_adds_bos=adds_bos)
     engine = build_engine(cfg)
@@ -223,9 +216,7 @@ def run_safety_judge(cfg: SafetyJudgeConfig, out: str | Path) -> dict[str, Any]:
         batch = engine.generate(prompts[start : start + cfg.batch_size], params)
         judgements += [completions[0].text for completions in batch]
     t2 = time.perf_counter()
-    close = getattr(engine, "close", None)
-    if callable(close):
-        close()
+    evaluate.close_engine(engine)
     scores = score_judgements(records, judgements, examples=cfg.examples)
     with open(out / "annotations.jsonl", "w", encoding="utf-8") as f:
         for rec, text in zip(records, judgements, strict=True):

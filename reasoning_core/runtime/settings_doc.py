@@ -40,6 +40,7 @@ COMMAND_CONFIGS: dict[str, str] = {
     "eval": "reasoning_core.runtime.evaluate:EvalConfig",
     "eval-suite": "reasoning_core.runtime.eval_suite:EvalSuiteConfig",
     "sft": "reasoning_core.runtime.sft:SFTConfig",
+    "instruction-sft": "reasoning_core.runtime.instruction_sft:InstructionSFTConfig",
     "ei": "reasoning_core.runtime.ei:EIConfig",
     "grpo": "reasoning_core.runtime.grpo:GRPOConfig",
     "dpo": "reasoning_core.runtime.dpo:DPOConfig",
