@@ -32,6 +32,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -40,7 +41,7 @@ import torch
 from envs import DataError
 from envs.packed_data import PackedSFTDataset
 from reasoning_core import log_probs_from_logits
-from reasoning_core.runtime.batching import MicroBatchSize, backoff_metrics
+from reasoning_core.runtime.batching import MicroBatchSize
 from reasoning_core.runtime.config import ConfigError
 from reasoning_core.runtime.policy import (
     choose_attn_implementation,
@@ -53,7 +54,6 @@ from reasoning_core.runtime.policy import (
 from reasoning_core.runtime.rng import Stream, step_rng
 from reasoning_core.runtime.run import RunContext, progress, run_main, start_run
 from reasoning_core.runtime.settings import CommonConfig, check_at_least_one, check_divisible
-from reasoning_core.runtime.updates import optimizer_step
 
 METHOD = "instruction-sft"
 
@@ -165,25 +165,32 @@ def chunk_nll(model, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Ten
     return -log_probs_from_logits(logits, labels.to(device))["log_probs"].float().sum()
 
 
-def packed_update(t, data: PackedSFTDataset, rows: list[int], micro) -> dict[str, float]:
-    """One optimizer step on the mean token NLL of the chunks ``rows``."""
+def packed_update(t, data: PackedSFTDataset, rows: list[int], micro: MicroBatchSize) -> dict:
+    """One optimizer step on the mean token NLL of the chunks ``rows``: zero, accumulate,
+    clip, step and schedule, with the out-of-memory back-off retrying the accumulation."""
     tokens = len(rows) * data.seq_length
+    lr = t.optimizer.param_groups[0]["lr"]
+    zero = partial(t.optimizer.zero_grad, set_to_none=True)
+    zero()
+    loss = micro.call(accumulate_packed, t.model, data, rows, tokens, reset=zero)
+    grad_norm = torch.nn.utils.clip_grad_norm_(t.model.parameters(), t.cfg.max_grad_norm)
+    t.optimizer.step()
+    t.scheduler.step()
+    zero()
+    return {"loss": loss, "grad_norm": float(grad_norm), "lr": lr, "tokens": tokens,
+            **micro.metrics()}  # fmt: skip
 
-    def accumulate(size: int) -> float:
-        total = 0.0
-        for start in range(0, len(rows), size):
-            part = rows[start : start + size]
-            loss = chunk_nll(t.model, data.input_ids[part], data.labels[part]) / tokens
-            loss.backward()
-            total += float(loss.detach())
-        return total
 
-    step = optimizer_step(
-        t.model, t.optimizer, t.scheduler, accumulate,
-        micro_batch_size=micro, max_grad_norm=t.cfg.max_grad_norm,
-    )  # fmt: skip
-    return {"loss": step.accumulated, "grad_norm": step.grad_norm, "lr": step.lr,
-            "tokens": tokens, **backoff_metrics(micro)}  # fmt: skip
+def accumulate_packed(size: int, model, data: PackedSFTDataset, rows: list[int], tokens: int):
+    """Backward of the chunks ``rows`` in micro batches of ``size``, each scaled by the step's
+    token count so the gradients sum to the step's mean; returns that mean."""
+    total = 0.0
+    for start in range(0, len(rows), size):
+        part = rows[start : start + size]
+        loss = chunk_nll(model, data.input_ids[part], data.labels[part]) / tokens
+        loss.backward()
+        total += float(loss.detach())
+    return total
 
 
 @torch.no_grad()

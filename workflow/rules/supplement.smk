@@ -60,15 +60,10 @@ if "supplement" in config:
         resources:
             gpu=GPUS,
         params:
-            model=lambda w: sup_model(w.stage),
-            task=lambda w: SUP_TASK[w.ev],
-            settings=lambda w: sup_sets(
-                SUP_DECODING,
-                {"template": SUP_TEMPLATE[w.stage]},
-                SUP.get("eval"),
-                SUP.get(w.ev),
-            ),
-            out=lambda w, output: posixpath.dirname(output.done),
+            model=sup_stage_model,
+            task=sup_eval_task,
+            settings=sup_eval_settings,
+            out=sup_out,
         shell:
             "rrl eval --set model_path={params.model} --set task={params.task} {params.settings} "
             "--out {params.out} > {log} 2>&1"
@@ -87,13 +82,9 @@ if "supplement" in config:
         resources:
             gpu=GPUS,
         params:
-            model=lambda w: sup_model(w.stage),
-            settings=lambda w: sup_sets(
-                {"dataset": SUP_DATASET[w.ev], "template": SUP_TEMPLATE[w.stage]},
-                {"generator": f"{w.stage}"},
-                SUP.get("generate"),
-            ),
-            out=lambda w, output: posixpath.dirname(output.done),
+            model=sup_stage_model,
+            settings=sup_generate_settings,
+            out=sup_out,
         shell:
             "rrl supplement-generate --set model_path={params.model} {params.settings} "
             "--out {params.out} > {log} 2>&1"
@@ -111,9 +102,9 @@ if "supplement" in config:
         resources:
             gpu=SUP.get("judge_gpus", GPUS),
         params:
-            responses=lambda w: f"{S}/{w.stage}/sst/simple_safety_tests.jsonl",
+            responses=sup_judge_responses,
             settings=sup_sets(SUP.get("judge")),
-            out=lambda w, output: posixpath.dirname(output.done),
+            out=sup_out,
         shell:
             "rrl safety-judge --set judge_path={SUP[judge_path]} "
             "--set input_path={params.responses} {params.settings} --out {params.out} > {log} 2>&1"
@@ -139,7 +130,7 @@ if "supplement" in config:
 
     rule supplement_dpo:
         input:
-            sft=f"{S}/train/sft/done.json",
+            sft=rules.supplement_instruction_sft.output.done,
             config=SUP_DPO_CONFIG,
         output:
             done=f"{S}/train/dpo/done.json",

@@ -18,7 +18,7 @@ if "supplement" in config:
     SUP_TASK = {"mmlu": "mmlu", "gsm8k": "gsm8k_supplement"}
     SUP_DATASET = {"alpaca_eval": "alpaca_eval", "sst": "simple_safety_tests"}
     # The handout's decoding of every evaluation: greedy, stopping at "# Query:" (dropped).
-    SUP_DECODING = {"temperature": 0.0, "stop": ["# Query:"], "include_stop_str_in_output": False}
+    SUP_DECODING = {"eval_temperature": 0.0, "stop": ["# Query:"], "include_stop_str_in_output": False}
 
     def sup_sets(*mappings):
         """`--set key=value` (the value as JSON, which YAML reads) of each mapping in order."""
@@ -40,3 +40,38 @@ if "supplement" in config:
     def sup_trained(wildcards):
         """The run a stage's evaluations wait for (none for the base model)."""
         return [] if wildcards.stage == "base" else [f"{S}/train/{wildcards.stage}/done.json"]
+
+    def sup_stage_model(wildcards):
+        """The model folder of the stage an evaluation rule's job reads."""
+        return sup_model(wildcards.stage)
+
+    def sup_eval_task(wildcards):
+        """rrl eval's task of an evaluation (mmlu or gsm8k_supplement)."""
+        return SUP_TASK[wildcards.ev]
+
+    def sup_eval_settings(wildcards):
+        """rrl eval's settings of one evaluation: the handout's decoding, the stage's template,
+        then the config's `eval` section and the evaluation's own section."""
+        return sup_sets(
+            SUP_DECODING,
+            {"template": SUP_TEMPLATE[wildcards.stage]},
+            SUP.get("eval"),
+            SUP.get(wildcards.ev),
+        )
+
+    def sup_generate_settings(wildcards):
+        """rrl supplement-generate's settings: the data set, the template, the generator's name
+        (the stage), then the config's `generate` section."""
+        return sup_sets(
+            {"dataset": SUP_DATASET[wildcards.ev], "template": SUP_TEMPLATE[wildcards.stage]},
+            {"generator": f"{wildcards.stage}"},
+            SUP.get("generate"),
+        )
+
+    def sup_judge_responses(wildcards):
+        """The SimpleSafetyTests responses of a stage, which the judge reads."""
+        return f"{S}/{wildcards.stage}/sst/simple_safety_tests.jsonl"
+
+    def sup_out(wildcards, output):
+        """A job's run folder: the folder of its done.json."""
+        return posixpath.dirname(output.done)
