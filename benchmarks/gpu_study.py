@@ -119,9 +119,9 @@ TINY_OVERRIDES = {
         "eval": {
             "device": "cpu",
             "dtype": "float32",
-            "limit": 4,
-            "max_tokens": 16,
-            "batch_size": 4,
+            "eval_examples": 4,
+            "eval_max_tokens": 16,
+            "eval_batch_size": 4,
         },
         "sft": {**TINY_TRAINER, "batch_size": 4, "gradient_accumulation_steps": 2},
         "ei": {**TINY_TRAINER, "ei_batch_size": 4, "group_size": 2, "sampling_max_tokens": 16},

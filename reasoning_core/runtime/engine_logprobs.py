@@ -14,8 +14,6 @@ engine's log-probs there and the mask of those positions, for
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from reasoning_core import logprob_mismatch
@@ -23,13 +21,16 @@ from reasoning_core.runtime.rollout import Completion
 
 
 def engine_log_probs(
-    tokens: dict[str, Any], completions: list[Completion], field: str = "logprobs"
+    labels: torch.Tensor,
+    response_mask: torch.Tensor,
+    completions: list[Completion],
+    field: str = "logprobs",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(log_probs, aligned)``, both (rows, seq) like ``tokens["labels"]``.
+    """``(log_probs, aligned)``, both (rows, seq) like ``labels``.
 
     Args:
-        tokens: a tokenized batch (``labels``, ``response_mask``), one row per completion in
-            the same order (``tokenize_pairs(prompts, [c.text ...], tokenizer)``).
+        labels, response_mask: of a tokenized batch, one row per completion in the same order
+            (the ``TokenBatch`` of ``tokenize_pairs(prompts, [c.text ...], tokenizer)``).
         completions: the engine's completions of those rows.
         field: ``"logprobs"`` (the raw policy's, what the training forward computes) or
             ``"sampling_logprobs"`` (under the distribution sampled from).
@@ -44,7 +45,7 @@ def engine_log_probs(
         ValueError: when the rows and completions differ in number, or a completion has no
             ``field`` (vLLM gives ``sampling_logprobs`` only where they follow from the raw ones).
     """
-    labels, mask = tokens["labels"], tokens["response_mask"].bool()
+    mask = response_mask.bool()
     if len(completions) != labels.shape[0]:
         raise ValueError(f"{labels.shape[0]} token rows but {len(completions)} completions")
     values = torch.zeros(labels.shape, dtype=torch.float32)

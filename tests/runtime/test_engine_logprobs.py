@@ -29,7 +29,7 @@ def test_log_probs_are_placed_on_the_leading_positions_that_match():
         completion([5, 4, 8], [-1.0, -2.0, -3.0]),  # differs at its second token
         completion([3, 9], [-1.0, -2.0]),  # differs at once
     ]
-    values, aligned = engine_log_probs({"labels": labels, "response_mask": mask}, rows)
+    values, aligned = engine_log_probs(labels, mask, rows)
     assert aligned.tolist() == [
         [False, True, True, True, False],
         [False, True, False, False, False],
@@ -53,11 +53,11 @@ def test_log_probs_are_placed_on_the_leading_positions_that_match():
 
 
 def test_missing_log_probs_and_a_row_count_mismatch_are_named():
-    tokens = {"labels": torch.zeros(1, 2, dtype=torch.long), "response_mask": torch.ones(1, 2)}
+    labels, mask = torch.zeros(1, 2, dtype=torch.long), torch.ones(1, 2)
     with pytest.raises(ValueError, match="completion 0 has no sampling_logprobs"):
-        engine_log_probs(tokens, [completion([0, 0], [0.0, 0.0])], "sampling_logprobs")
+        engine_log_probs(labels, mask, [completion([0, 0], [0.0, 0.0])], "sampling_logprobs")
     with pytest.raises(ValueError, match="1 token rows but 2 completions"):
-        engine_log_probs(tokens, [completion([0], [0.0])] * 2)
+        engine_log_probs(labels, mask, [completion([0], [0.0])] * 2)
 
 
 @pytest.mark.parametrize("kind", ["hf", "static"])
@@ -69,12 +69,12 @@ def test_on_exactly_re_tokenized_samples_every_response_token_is_compared(kind):
     out = [c for group in engine.generate(PROMPTS, params) for c in group]
     prompts = [p for p in PROMPTS for _ in range(params.n)]
     tokens = tokenize_pairs(prompts, [c.text for c in out], tokenizer)
-    values, aligned = engine_log_probs(tokens, out)
-    assert torch.equal(aligned, tokens["response_mask"]) and aligned.any()
+    values, aligned = engine_log_probs(tokens.labels, tokens.response_mask, out)
+    assert torch.equal(aligned, tokens.response_mask) and aligned.any()
 
     def diff_mean():
         with torch.no_grad():
-            lp = get_response_log_probs(policy, tokens["input_ids"], tokens["labels"])
+            lp = get_response_log_probs(policy, tokens.input_ids, tokens.labels)
         return logprob_mismatch(lp["log_probs"], values, aligned)["logprob_diff_mean"].item()
 
     assert diff_mean() < 2e-6  # measured 1.0-1.2e-7 (hf, static)

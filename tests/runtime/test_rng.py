@@ -19,6 +19,7 @@ def test_rng_streams_keep_the_numbers_every_saved_run_was_drawn_with():
         "DPO_VAL": 6,
         "SFT_SUBSET": 10,
         "SFT_ORDER": 11,
+        "PACKED_ORDER": 12,
     }
     for stream in Stream:
         want = np.random.default_rng([7, int(stream), 2, 1]).permutation(20).tolist()
