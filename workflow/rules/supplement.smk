@@ -13,6 +13,7 @@
 # gsm8k,alpaca_eval,sst,sst_judge} (the evaluations), {results_dir}/summary.tsv. Target:
 #   snakemake --cores 1 supplement --configfile workflow/config/supplement.yaml
 
+
 include: "supplement_common.smk"
 
 
@@ -34,7 +35,11 @@ if "supplement" in config:
                     summary = _json.loads(Path(f"{S}/{stage}/{ev}/summary.json").read_text())
                     if ev in SUP_TASK:  # rrl eval's scores are under "metrics"
                         summary = summary["metrics"]
-                        metric, value, n = "accuracy", summary["accuracy"], summary["num_examples"]
+                        metric, value, n = (
+                            "accuracy",
+                            summary["accuracy"],
+                            summary["num_examples"],
+                        )
                         seconds = summary["time/generate"]
                         rate = n / seconds if seconds else None
                     elif ev == "sst_judge":

@@ -18,7 +18,11 @@ if "supplement" in config:
     SUP_TASK = {"mmlu": "mmlu", "gsm8k": "gsm8k_supplement"}
     SUP_DATASET = {"alpaca_eval": "alpaca_eval", "sst": "simple_safety_tests"}
     # The handout's decoding of every evaluation: greedy, stopping at "# Query:" (dropped).
-    SUP_DECODING = {"eval_temperature": 0.0, "stop": ["# Query:"], "include_stop_str_in_output": False}
+    SUP_DECODING = {
+        "eval_temperature": 0.0,
+        "stop": ["# Query:"],
+        "include_stop_str_in_output": False,
+    }
 
     def sup_sets(*mappings):
         """`--set key=value` (the value as JSON, which YAML reads) of each mapping in order."""
