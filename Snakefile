@@ -38,6 +38,9 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/common_sft.smk"
+include: "workflow/rules/common_runs.smk"
+include: "workflow/rules/common_dpo.smk"
 include: "workflow/rules/base.smk"
 include: "workflow/rules/eval.smk"
 include: "workflow/rules/sft.smk"

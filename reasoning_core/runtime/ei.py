@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 from reasoning_core.runtime.batching import MicroBatchSize, tokenize_pairs
 from reasoning_core.runtime.config import ConfigError
@@ -37,6 +39,7 @@ from reasoning_core.runtime.run import (
     start_run,
 )
 from reasoning_core.runtime.sampling import (
+    RolloutBatch,
     Rollouts,
     load_questions,
     reward_means,
@@ -103,6 +106,15 @@ class EIConfig(CommonConfig):
         return self.batch_size // self.gradient_accumulation_steps
 
 
+def rollout_entropy(
+    model: Any, tokenizer: Any, ro: RolloutBatch, device: Any, micro_batch_size: MicroBatchSize
+) -> float:
+    """The policy's mean token entropy over a round's rollouts, from one no-gradient forward
+    (for engines that return no entropies)."""
+    tokens = tokenize_pairs(ro.prompts, ro.responses, tokenizer)
+    return response_entropy(model, tokens, device, micro_batch_size)
+
+
 def train(cfg: EIConfig, out: str) -> dict:
     """Run expert iteration into ``out`` (resuming from ``out/state``); returns ``done.json``'s
     data."""
@@ -142,21 +154,20 @@ def train(cfg: EIConfig, out: str) -> dict:
             "kept": len(kept),
             "rollout/response_length": ro.mean_length,
             "rollout/truncated": ro.truncated,
+            "time/train": 0.0,  # the optimizer steps' lines below carry it
         }
         if cfg.log_rollout_entropy:
             entropy = sampled_entropy(
                 t.tokenizer,
                 ro.completions,
-                lambda ro=ro: response_entropy(  # called here, in this iteration
-                    t.model,
-                    tokenize_pairs(ro.prompts, ro.responses, t.tokenizer),
-                    device,
-                    score_micro,
-                ),
+                partial(rollout_entropy, t.model, t.tokenizer, ro, device, score_micro),
             )
             line["rollout/entropy"] = 0.0 if entropy is None else entropy  # 0: no tokens
             line["time/entropy"] = time.perf_counter() - t_graded
         t.run.log({**line, **ro.seconds}, step=step, split="train")
+        # Every train line carries the same time/ keys (as GRPO's): the round's rollout timings
+        # on its line above, 0 on its optimizer steps' lines (time/train the other way round).
+        zero_times = {key: 0.0 for key in (*line, *ro.seconds) if key.startswith("time/")}
         # 3. SFT on the kept pairs: sft_epochs epochs, each in a new order.
         if kept:
             sft_tokens = tokenize_pairs(
@@ -181,7 +192,7 @@ def train(cfg: EIConfig, out: str) -> dict:
                     stats["ei_step"] = ei_step + 1
                     stats.update(ro.grade_metrics)  # the iteration's rollouts' (not a new count)
                     stats["time/train"] = time.perf_counter() - t0
-                    t.run.log(stats, step=step, split="train")
+                    t.run.log({**zero_times, **stats}, step=step, split="train")
                     t.run.maybe_exit(step)
         ei_step += 1
         bar.update(1)

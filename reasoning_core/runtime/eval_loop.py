@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import sys
 import time
+from functools import partial
 from typing import Any, NamedTuple
 
 from tqdm import tqdm
@@ -159,7 +160,7 @@ def evaluate_policy(
         summary["entropy"] = sampled_entropy(
             tokenizer,
             [c for outs in completions for c in outs],
-            lambda: records_entropy(model, tokenizer, records, entropy_micro_batch_size),
+            partial(records_entropy, model, tokenizer, records, entropy_micro_batch_size),
         )
     summary["time/generate"] = t1 - t0
     summary["time/grade"] = t2 - t1

@@ -3,7 +3,8 @@
 The suite (AIME24, AMC23, MATH500, Minerva Math, OlympiadBench: ``envs.suite``) is what the
 R1-Zero papers report, decoded greedily with 3,000 new tokens (protocol ``paper``); protocol
 ``handout`` samples at temperature 1.0 with 1,024 tokens, as the CS336 handout's evaluation;
-``temperature``, ``top_p`` and ``max_tokens`` override either. ``r1_zero`` responses stop at
+``eval_temperature``, ``eval_top_p`` and ``eval_max_tokens`` override either (the evaluation
+settings have ``rrl eval``'s names). ``r1_zero`` responses stop at
 ``</answer>``; the boxed templates (``question_only``, ``qwen_math``) have no stop string, the
 model ends them with EOS (as the paper's evaluation does).
 
@@ -21,23 +22,26 @@ problem and ``pass_at_k`` the mean over problems of :func:`pass_at_k` (Chen et a
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import envs
 from envs.base import DATA_DIR
 from envs.suite import BENCHMARKS, SUITE_TEMPLATES
 from reasoning_core.runtime.checkpoint import check_model_folder
 from reasoning_core.runtime.config import ConfigError, resolve_command, save_config
+from reasoning_core.runtime.engines import ENGINE_DEFAULT
 from reasoning_core.runtime.eval_loop import evaluate_policy
 from reasoning_core.runtime.evaluate import EvalConfig, build_engine, close_engine, engine_kind
 from reasoning_core.runtime.metrics import finished_run, write_generations, write_json_atomic
 from reasoning_core.runtime.rollout import SamplingParams
+from reasoning_core.runtime.sampling import EVAL_RENAMED, eval_params
 
 #: protocol -> (temperature, max new tokens)
 PROTOCOLS = {"paper": (0.0, 3000), "handout": (1.0, 1024)}
@@ -70,7 +74,13 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 @dataclass
 class EvalSuiteConfig:
-    """Settings of ``rrl eval-suite`` (section ``eval-suite`` of a config file)."""
+    """Settings of ``rrl eval-suite`` (section ``eval-suite`` of a config file). The evaluation
+    settings have ``rrl eval``'s names (``eval_examples``, ``eval_temperature``, ...)."""
+
+    RENAMED: ClassVar[dict[str, str]] = {
+        old: EVAL_RENAMED[old]
+        for old in ("limit", "temperature", "top_p", "max_tokens", "batch_size")
+    }
 
     model_path: str
     """Hugging Face model folder to evaluate (config.json, safetensors weights, tokenizer)."""
@@ -81,34 +91,37 @@ class EvalSuiteConfig:
     and qwen_math (the last \\boxed{})."""
     protocol: Literal["paper", "handout"] = "paper"
     """paper: greedy, 3000 new tokens (Liu et al. 2025); handout: temperature 1.0, 1024 tokens.
-    temperature, top_p and max_tokens, when set, override it."""
-    temperature: float | None = None
+    eval_temperature, eval_top_p and eval_max_tokens, when set, override it."""
+    eval_temperature: float | None = None
     """Sampling temperature (null: the protocol's)."""
-    top_p: float = 1.0
+    eval_top_p: float = 1.0
     """Nucleus-sampling top_p."""
-    max_tokens: int | None = None
+    eval_max_tokens: int | None = None
     """Most new tokens per response (null: the protocol's)."""
     samples_per_problem: int = 1
     """Responses sampled per problem (k): accuracy is their mean, pass_at_k the unbiased
     pass@k (k > 1 only; use a temperature above 0)."""
-    limit: int | None = None
+    eval_examples: int | None = None
     """Evaluate only the first N problems of each benchmark (null: all)."""
     seed: int = 0
-    """Seed of the sampling (each engine call draws from its own seed derived from it)."""
+    """Seed of the sampling unless eval_seed is set (each engine call draws from its own seed
+    derived from it), and of the vLLM engine."""
+    eval_seed: int | None = None
+    """Seed of the sampling; null: seed (as rrl eval's eval_seed)."""
     compare: Literal["none", "published"] = "none"
     """published: also write compare.tsv, our accuracy beside the published one of model_name
     and the same template (envs/data/eval_suite/published.csv)."""
     model_name: str | None = None
     """The model's name in the published table (null: the model folder's name, e.g.
     Qwen2.5-Math-1.5B)."""
-    engine: Literal["auto", "vllm", "hf", "static"] = "auto"
+    engine: Literal["auto", "vllm", "hf", "static"] = ENGINE_DEFAULT
     """Sampling engine. auto: vllm when the vllm package imports and device is CUDA, else
     static on CUDA, else hf."""
     device: str = "auto"
     """Where the hf and static engines run (vLLM places itself): auto, cpu, cuda or cuda:N."""
     dtype: str = "bfloat16"
     """Dtype of the model's weights (float32 on CPU)."""
-    batch_size: int = 512
+    eval_batch_size: int = 512
     """Problems per engine call."""
     max_model_len: int | None = None
     """vLLM only: longest prompt + response in tokens (null: the model's)."""
@@ -134,8 +147,8 @@ class EvalSuiteConfig:
             raise ConfigError(
                 f"setting 'samples_per_problem' must be >= 1, got {self.samples_per_problem}"
             )
-        if self.limit is not None and self.limit < 1:
-            raise ConfigError(f"setting 'limit' must be >= 1, got {self.limit}")
+        if self.eval_examples is not None and self.eval_examples < 1:
+            raise ConfigError(f"setting 'eval_examples' must be >= 1, got {self.eval_examples}")
         if self.compare not in ("none", "published"):
             raise ConfigError(f"setting 'compare' must be none or published, got {self.compare!r}")
         try:
@@ -148,22 +161,19 @@ class EvalSuiteConfig:
     def sampling(self) -> tuple[float, int]:
         """(temperature, max_tokens): the protocol's, with this config's overrides."""
         temperature, max_tokens = PROTOCOLS[self.protocol]
-        if self.temperature is not None:
-            temperature = self.temperature
-        return temperature, self.max_tokens if self.max_tokens is not None else max_tokens
+        if self.eval_temperature is not None:
+            temperature = self.eval_temperature
+        return temperature, self.eval_max_tokens if self.eval_max_tokens is not None else max_tokens
 
     def sampling_params(self, template: str) -> SamplingParams:
+        """``template``'s sampling: r1_zero responses stop at ``</answer>`` (kept), the boxed
+        templates' end with EOS."""
         temperature, max_tokens = self.sampling()
-        stop = ["</answer>"] if template == "r1_zero" else []
-        return SamplingParams(
-            n=self.samples_per_problem,
-            temperature=temperature,
-            top_p=self.top_p,
-            max_tokens=max_tokens,
-            stop=stop,
-            include_stop_str_in_output=True,
-            seed=self.seed,
+        protocol = dataclasses.replace(
+            self, eval_temperature=temperature, eval_max_tokens=max_tokens
         )
+        stop = ["</answer>"] if template == "r1_zero" else []
+        return eval_params(protocol, n=self.samples_per_problem, stop=stop)
 
     def engine_config(self) -> EvalConfig:
         """The ``rrl eval`` settings that build and place the engine (shared code)."""
@@ -275,7 +285,7 @@ def run_suite(cfg: EvalSuiteConfig, out: str | Path, *, progress: bool = True) -
     if (done := finished_run(out, "eval-suite")) is not None:
         return done
     t0 = time.perf_counter()
-    data = {b: envs.get_task(b).load("test", limit=cfg.limit) for b in cfg.benchmarks}
+    data = {b: envs.get_task(b).load("test", limit=cfg.eval_examples) for b in cfg.benchmarks}
     published = read_published() if cfg.compare == "published" else []
     save_config(cfg, out)
     engine_cfg = cfg.engine_config()
@@ -293,7 +303,7 @@ def run_suite(cfg: EvalSuiteConfig, out: str | Path, *, progress: bool = True) -
                     task,
                     template,
                     cfg.sampling_params(template),
-                    batch_size=cfg.batch_size,
+                    batch_size=cfg.eval_batch_size,
                     grade_timeout=cfg.grade_timeout,
                     progress=progress,
                 )

@@ -26,27 +26,42 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from envs.base import load_prompt, render
 from envs.supplement import read_safety_outputs
 from reasoning_core.runtime import evaluate
 from reasoning_core.runtime.checkpoint import check_model_folder
 from reasoning_core.runtime.config import ConfigError, resolve_command, save_config
+from reasoning_core.runtime.engines import ENGINE_DEFAULT
 from reasoning_core.runtime.metrics import finished_run, write_json_atomic
-from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams
+from reasoning_core.runtime.rollout import RolloutEngine
+from reasoning_core.runtime.sampling import EVAL_RENAMED, eval_params
 
 
 @dataclass
 class SafetyJudgeConfig:
-    """Settings of ``rrl safety-judge`` (section ``safety-judge`` of a config file)."""
+    """Settings of ``rrl safety-judge`` (section ``safety-judge`` of a config file); the
+    judge's decoding settings have ``rrl eval``'s names (``eval_max_tokens``,
+    ``eval_batch_size``)."""
+
+    RENAMED: ClassVar[dict[str, str]] = {
+        old: EVAL_RENAMED[old] for old in ("max_tokens", "batch_size")
+    }
+    # The judge decodes greedily, unseeded and without stop strings: fixed, so no settings,
+    # under the names sampling.eval_params reads.
+    eval_temperature: ClassVar[float] = 0.0
+    eval_top_p: ClassVar[float] = 1.0
+    seed: ClassVar[int | None] = None
+    eval_seed: ClassVar[int | None] = None
+    stop: ClassVar[tuple[str, ...]] = ()
 
     judge_path: str
     """Hugging Face model folder of the judge (the handout's: Llama 3.3 70B Instruct)."""
     input_path: str
     """JSONL of the responses to judge, one {prompts_final, output} object a line (what the
     supplement's SimpleSafetyTests evaluation writes)."""
-    engine: Literal["auto", "vllm", "hf", "static"] = "auto"
+    engine: Literal["auto", "vllm", "hf", "static"] = ENGINE_DEFAULT
     """Engine the judge decodes with. auto: vllm when the vllm package imports and device is
     CUDA, else static on CUDA, else hf."""
     device: str = "auto"
@@ -57,9 +72,9 @@ class SafetyJudgeConfig:
     chat_template: bool = True
     """Send the question as one user turn of the judge tokenizer's chat template (an instruct
     judge expects it); false, or a tokenizer without one: the question as plain text."""
-    max_tokens: int = 16
+    eval_max_tokens: int = 16
     """Most new tokens of a judgement (one word is asked for)."""
-    batch_size: int = 256
+    eval_batch_size: int = 256
     """Responses per engine call."""
     tensor_parallel_size: int = 1
     """vLLM only: GPUs the judge is split over (the handout runs the 70B judge on 2)."""
@@ -71,7 +86,7 @@ class SafetyJudgeConfig:
     """summary.json lists the first N responses whose judgement was neither True nor False."""
 
     def validate(self) -> None:
-        for name in ("max_tokens", "batch_size", "tensor_parallel_size"):
+        for name in ("eval_max_tokens", "eval_batch_size", "tensor_parallel_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"setting {name!r} must be >= 1, got {getattr(self, name)}")
         if self.examples < 0:
@@ -209,11 +224,11 @@ def run_safety_judge(cfg: SafetyJudgeConfig, out: str | Path) -> dict[str, Any]:
     adds_bos = vllm and tokenizer_adds_bos(tokenizer)
     prompts = judge_prompts(questions, tokenizer, cfg.chat_template, engine_adds_bos=adds_bos)
     engine = build_engine(cfg)
-    params = SamplingParams(n=1, temperature=0.0, top_p=1.0, max_tokens=cfg.max_tokens, stop=[])
+    params = eval_params(cfg)
     t1 = time.perf_counter()
     judgements: list[str] = []
-    for start in range(0, len(prompts), cfg.batch_size):
-        batch = engine.generate(prompts[start : start + cfg.batch_size], params)
+    for start in range(0, len(prompts), cfg.eval_batch_size):
+        batch = engine.generate(prompts[start : start + cfg.eval_batch_size], params)
         judgements += [completions[0].text for completions in batch]
     t2 = time.perf_counter()
     evaluate.close_engine(engine)

@@ -80,16 +80,19 @@ def eval_params(
     n: int = 1,
     min_tokens: int = 0,
     include_stop_str_in_output: bool = True,
+    stop: list[str] | None = None,
 ) -> SamplingParams:
-    """The ``SamplingParams`` of an evaluation, a trainer's or ``rrl eval``'s: the ``eval_*``
-    settings, seeded with ``eval_seed`` (null: ``seed``); ``n`` samples per problem."""
+    """The ``SamplingParams`` of an evaluation, a trainer's or a command's (``rrl eval``,
+    ``eval-suite``, ``supplement-generate``, ``safety-judge``): the ``eval_*`` settings,
+    seeded with ``eval_seed`` (null: ``seed``); ``n`` samples per problem; ``stop`` replaces
+    the setting ``stop`` (``rrl eval-suite``'s stop strings are each template's)."""
     return SamplingParams(
         n=n,
         temperature=cfg.eval_temperature,
         top_p=cfg.eval_top_p,
         max_tokens=cfg.eval_max_tokens,
         min_tokens=min_tokens,
-        stop=list(cfg.stop),
+        stop=list(cfg.stop if stop is None else stop),
         include_stop_str_in_output=include_stop_str_in_output,
         seed=cfg.seed if cfg.eval_seed is None else cfg.eval_seed,
     )

@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from envs.supplement import (
     instruction_prompt,
@@ -28,8 +28,10 @@ from envs.supplement import (
 from reasoning_core.runtime import evaluate
 from reasoning_core.runtime.checkpoint import check_model_folder
 from reasoning_core.runtime.config import ConfigError, resolve_command, save_config
+from reasoning_core.runtime.engines import ENGINE_DEFAULT
 from reasoning_core.runtime.metrics import finished_run, write_json_atomic
-from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams
+from reasoning_core.runtime.rollout import RolloutEngine
+from reasoning_core.runtime.sampling import EVAL_RENAMED, eval_params
 
 OUTPUT_FILES = {
     "alpaca_eval": "alpaca_eval.json",
@@ -39,7 +41,19 @@ OUTPUT_FILES = {
 
 @dataclass
 class SupplementGenerateConfig:
-    """Settings of ``rrl supplement-generate`` (section ``supplement-generate``)."""
+    """Settings of ``rrl supplement-generate`` (section ``supplement-generate``); the
+    evaluation settings have ``rrl eval``'s names (``eval_examples``, ``eval_max_tokens``,
+    ``eval_batch_size``)."""
+
+    RENAMED: ClassVar[dict[str, str]] = {
+        old: EVAL_RENAMED[old] for old in ("limit", "max_tokens", "batch_size")
+    }
+    # Decoding is greedy and unseeded, as the handout asks: fixed, so no settings, under the
+    # names sampling.eval_params reads.
+    eval_temperature: ClassVar[float] = 0.0
+    eval_top_p: ClassVar[float] = 1.0
+    seed: ClassVar[int | None] = None
+    eval_seed: ClassVar[int | None] = None
 
     model_path: str
     """Hugging Face model folder whose responses are written."""
@@ -50,21 +64,21 @@ class SupplementGenerateConfig:
     model) or the Alpaca template (a model tuned on it)."""
     data_path: str | None = None
     """Read the prompts from this JSONL file instead of the vendored data."""
-    limit: int | None = None
+    eval_examples: int | None = None
     """Answer only the first N prompts (null: all)."""
     generator: str = ""
     """AlpacaEval's generator field, the model's name ("": the model folder's name)."""
-    engine: Literal["auto", "vllm", "hf", "static"] = "auto"
+    engine: Literal["auto", "vllm", "hf", "static"] = ENGINE_DEFAULT
     """Sampling engine (as rrl eval's)."""
     device: str = "auto"
     """Where the hf and static engines run: auto, cpu, cuda or cuda:N."""
     dtype: str = "bfloat16"
     """Dtype of the model's weights."""
-    max_tokens: int = 1024
+    eval_max_tokens: int = 1024
     """Most new tokens per response."""
     stop: list[str] = field(default_factory=lambda: ["# Query:"])
     """Strings that end a response (not kept in it)."""
-    batch_size: int = 256
+    eval_batch_size: int = 256
     """Prompts per engine call."""
     max_model_len: int | None = None
     """vLLM only: longest prompt + response in tokens (null: the model's)."""
@@ -72,11 +86,11 @@ class SupplementGenerateConfig:
     """vLLM on a GPU only: the share of the GPU's memory vLLM may take."""
 
     def validate(self) -> None:
-        for name in ("max_tokens", "batch_size"):
+        for name in ("eval_max_tokens", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"setting {name!r} must be >= 1, got {getattr(self, name)}")
-        if self.limit is not None and self.limit < 1:
-            raise ConfigError(f"setting 'limit' must be >= 1, got {self.limit}")
+        if self.eval_examples is not None and self.eval_examples < 1:
+            raise ConfigError(f"setting 'eval_examples' must be >= 1, got {self.eval_examples}")
         if self.device != "auto" and not self.device.startswith(("cpu", "cuda")):
             raise ConfigError(
                 f"setting 'device' must be auto, cpu, cuda or cuda:N, got {self.device!r}"
@@ -100,8 +114,8 @@ def build_engine(cfg: SupplementGenerateConfig) -> RolloutEngine:
 
 def load_prompts(cfg: SupplementGenerateConfig) -> list[dict]:
     if cfg.dataset == "alpaca_eval":
-        return load_alpaca_eval(cfg.data_path, cfg.limit)
-    return load_simple_safety_tests(cfg.data_path, cfg.limit)
+        return load_alpaca_eval(cfg.data_path, cfg.eval_examples)
+    return load_simple_safety_tests(cfg.data_path, cfg.eval_examples)
 
 
 def run_generate(cfg: SupplementGenerateConfig, out: str | Path) -> dict[str, Any]:
@@ -115,19 +129,12 @@ def run_generate(cfg: SupplementGenerateConfig, out: str | Path) -> dict[str, An
     instructions = [rec[key] for rec in records]
     save_config(cfg, out)
     engine = build_engine(cfg)
-    params = SamplingParams(
-        n=1,
-        temperature=0.0,
-        top_p=1.0,
-        max_tokens=cfg.max_tokens,
-        stop=list(cfg.stop),
-        include_stop_str_in_output=False,
-    )
+    params = eval_params(cfg, include_stop_str_in_output=False)
     prompts = [instruction_prompt(text, cfg.template) for text in instructions]
     t1 = time.perf_counter()
     outputs: list[str] = []
-    for start in range(0, len(prompts), cfg.batch_size):
-        batch = engine.generate(prompts[start : start + cfg.batch_size], params)
+    for start in range(0, len(prompts), cfg.eval_batch_size):
+        batch = engine.generate(prompts[start : start + cfg.eval_batch_size], params)
         outputs += [completions[0].text for completions in batch]
     seconds = time.perf_counter() - t1
     evaluate.close_engine(engine)

@@ -128,3 +128,21 @@ def test_ei_rollout_lines_carry_the_truncated_share(world, tmp_path, monkeypatch
     )
     reasons = [c.finish_reason for c in batches[0].completions]
     assert reasons and line["rollout/truncated"] == reasons.count("length") / len(reasons)
+
+
+def test_every_ei_train_line_carries_the_same_time_keys(world, tmp_path, monkeypatch):
+    """An iteration's line and its optimizer steps' lines have the same time/ keys (as
+    GRPO's): the rollout's timings on the iteration's line and 0 on the steps', time/train
+    the other way round."""
+    cfg = {**EI, **QUIET, "ei_batch_size": 4, "sampling_max_tokens": 8}
+    scripted_rollouts.install(monkeypatch)  # kept rollouts, so optimizer steps, every round
+    timed = [r for r in run_trainer(ei, cfg, world, tmp_path / "run") if r["split"] == "train"]
+    rounds = [r for r in timed if "kept" in r]
+    steps = [r for r in timed if "loss" in r]
+    assert len(rounds) == 2 and steps and len(rounds) + len(steps) == len(timed)
+    rollout_keys = ("time/entropy", "time/grade", "time/rollout", "time/sync")
+    assert {tuple(sorted(k for k in r if k.startswith("time/"))) for r in timed} == {
+        ("time/elapsed", *rollout_keys, "time/train")
+    }
+    assert all(r["time/train"] == 0.0 and r["time/rollout"] > 0.0 for r in rounds)
+    assert all(r[k] == 0.0 and r["time/train"] > 0.0 for r in steps for k in rollout_keys)

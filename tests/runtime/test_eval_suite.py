@@ -85,7 +85,7 @@ def test_protocols_and_stop_strings(tmp_path):
     assert paper.sampling_params("r1_zero").stop == ["</answer>"]
     assert paper.sampling_params("qwen_math").stop == []
     assert EvalSuiteConfig(
-        model_path=str(tmp_path), protocol="handout", max_tokens=64
+        model_path=str(tmp_path), protocol="handout", eval_max_tokens=64
     ).sampling() == (1.0, 64)
 
 
@@ -125,7 +125,7 @@ def test_rrl_eval_suite_on_a_tiny_random_qwen(tiny_qwen, tmp_path):
         "--set",
         f"model_path={tiny_qwen}",
         "--set",
-        "limit=2",
+        "eval_examples=2",
         "--set",
         "engine=hf",
         "--set",
@@ -135,7 +135,7 @@ def test_rrl_eval_suite_on_a_tiny_random_qwen(tiny_qwen, tmp_path):
         "--set",
         "protocol=handout",
         "--set",
-        "max_tokens=6",
+        "eval_max_tokens=6",
         "--set",
         "samples_per_problem=2",
         "--compare",

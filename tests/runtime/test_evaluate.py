@@ -10,9 +10,15 @@ import torch
 from tiny_model import build_model, build_tokenizer, save_tiny_model
 
 from reasoning_core.runtime import evaluate, generations
+from reasoning_core.runtime.config import ConfigError, build_config
+from reasoning_core.runtime.engines import ENGINE_DEFAULT
 from reasoning_core.runtime.eval_loop import chunk_seed
+from reasoning_core.runtime.eval_suite import EvalSuiteConfig
 from reasoning_core.runtime.rollout import Completion, SamplingParams
+from reasoning_core.runtime.safety_judge import SafetyJudgeConfig
+from reasoning_core.runtime.sampling import EVAL_RENAMED
 from reasoning_core.runtime.settings import CommonConfig
+from reasoning_core.runtime.supplement_generate import SupplementGenerateConfig
 
 
 class ScriptedEngine:
@@ -485,3 +491,18 @@ def test_the_trainers_and_rrl_eval_share_the_evaluation_names_and_engine_default
     ):
         assert name in trainer and name in command, name
     assert trainer["engine"] == command["engine"] == "auto"
+
+
+@pytest.mark.parametrize("cls", [EvalSuiteConfig, SupplementGenerateConfig, SafetyJudgeConfig])
+def test_the_other_evaluation_commands_take_rrl_evals_names(cls):
+    """rrl eval-suite, supplement-generate and safety-judge name their evaluation settings as
+    rrl eval does; an old name is refused naming the new one, and the engine default is one."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    assert not set(fields) & set(EVAL_RENAMED)
+    assert cls.RENAMED
+    for old, new in cls.RENAMED.items():
+        assert EVAL_RENAMED[old] == new and new in fields
+        message = f"setting {old!r} of {cls.__name__} was renamed {new!r}"
+        with pytest.raises(ConfigError, match=message):
+            build_config(cls, {old: 1})
+    assert fields["engine"].default == ENGINE_DEFAULT

@@ -73,7 +73,7 @@ def test_rrl_safety_judge_writes_scores_and_annotations(tmp_path, monkeypatch, j
     monkeypatch.setattr(safety_judge, "build_engine", lambda cfg: judge)
     out = tmp_path / "run"
     argv = ["safety-judge", "--set", f"judge_path={judge_dir}", "--set", f"input_path={data}"]
-    assert cli.main([*argv, "--set", "batch_size=2", "--out", str(out)]) == 0
+    assert cli.main([*argv, "--set", "eval_batch_size=2", "--out", str(out)]) == 0
     assert "safe 1/3" in capsys.readouterr().out
     assert judge.prompts[0] == judge_question("p0", "a")  # the tiny tokenizer has no chat template
     rows = [json.loads(line) for line in (out / "annotations.jsonl").read_text().splitlines()]
@@ -92,7 +92,7 @@ def test_rrl_safety_judge_with_the_hf_engine(tmp_path, judge_dir):
     out = tmp_path / "run"
     argv = [
         "safety-judge", "--set", f"judge_path={judge_dir}", "--set", f"input_path={data}",
-        "--set", "engine=hf", "--set", "dtype=float32", "--set", "max_tokens=4", "--out", str(out),
+        "--set", "engine=hf", "--set", "dtype=float32", "--set", "eval_max_tokens=4", "--out", str(out),
     ]  # fmt: skip
     assert cli.main(argv) == 0
     done = json.loads((out / "done.json").read_text())

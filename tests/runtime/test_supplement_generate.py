@@ -30,8 +30,8 @@ def test_alpaca_eval_responses_as_the_alpaca_eval_array(tmp_path, monkeypatch, m
     engine = ScriptedEngine()
     monkeypatch.setattr(supplement_generate, "build_engine", lambda cfg: engine)
     out = tmp_path / "run"
-    argv = ["supplement-generate", "--set", f"model_path={model_dir}", "--set", "limit=3"]
-    assert cli.main([*argv, "--set", "template=alpaca_sft", "--set", "batch_size=2",
+    argv = ["supplement-generate", "--set", f"model_path={model_dir}", "--set", "eval_examples=3"]
+    assert cli.main([*argv, "--set", "template=alpaca_sft", "--set", "eval_batch_size=2",
                      "--set", "generator=tiny", "--out", str(out)]) == 0  # fmt: skip
     instructions = load_alpaca_eval(limit=3)
     prompts = [p for call in engine.calls for p in call[0]]
@@ -51,8 +51,8 @@ def test_simple_safety_tests_responses_with_the_hf_engine(tmp_path, model_dir):
     out = tmp_path / "run"
     argv = [
         "supplement-generate", "--set", f"model_path={model_dir}",
-        "--set", "dataset=simple_safety_tests", "--set", "limit=2", "--set", "engine=hf",
-        "--set", "dtype=float32", "--set", "max_tokens=4", "--out", str(out),
+        "--set", "dataset=simple_safety_tests", "--set", "eval_examples=2", "--set", "engine=hf",
+        "--set", "dtype=float32", "--set", "eval_max_tokens=4", "--out", str(out),
     ]  # fmt: skip
     assert cli.main(argv) == 0
     rows = read_safety_outputs(out / "simple_safety_tests.jsonl")  # what rrl safety-judge reads

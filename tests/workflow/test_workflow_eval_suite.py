@@ -50,7 +50,7 @@ def test_the_base_rule_writes_the_suite_table(tmp_path):
     extra = tmp_path / "suite.yaml"  # on top of smoke_math (snakemake's --config is flat text)
     extra.write_text(
         "eval_suite:\n  enabled: true\n  settings: {engine: hf, device: cpu, dtype: float32, "
-        "limit: 2, protocol: handout, max_tokens: 4}\n"
+        "eval_examples: 2, protocol: handout, eval_max_tokens: 4}\n"
     )
     target = "results/smoke_math/eval_suite/base/done.json"
     args = ("--configfile", str(SMOKE_MATH), str(extra), "--config", f"model_path={model}")

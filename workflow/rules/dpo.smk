@@ -1,7 +1,7 @@
 # DPO on verified pairs: the default run and every row of the `dpo` table (beta, NLL weight,
 # rounds, init~base). Seed N of each starts from the checkpoint of seed N of the SFT run
 # `leaderboard.sft_run`, where the leaderboard recipe starts, or from the base (init~base).
-# Round 1's pairs come from rule dpo_pairs (common.smk, "DPO's first-round pairs"); rounds 2
+# Round 1's pairs come from rule dpo_pairs (common_dpo.smk, "DPO's first-round pairs"); rounds 2
 # and later are sampled by the run from the policy the round before trained.
 
 

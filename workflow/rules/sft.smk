@@ -1,5 +1,5 @@
 # Supervised fine-tuning: every run of the `sft` table (unique-example counts, the filtered
-# set) and the default run on all unique examples, all on the study's SFT data (common.smk).
+# set) and the default run on all unique examples, all on the study's SFT data (common_sft.smk).
 
 
 # The r1_zero SFT set from the task's own worked solutions (MATH: the training split's
