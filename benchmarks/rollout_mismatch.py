@@ -29,6 +29,13 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ("workflow/config/mismatch.yaml", "workflow/config/mismatch_vllm.yaml")
 STUDIES = {"lag": "results/mismatch/lag", "vllm_bfloat16": "results/mismatch/vllm_bfloat16"}
 LAST_STEPS = 10
+# Small quantities in scientific notation; the TIS weight, near 1, to five places.
+FORMATS = {
+    "rollout/logprob_diff_mean": ".2e",
+    "rollout/ratio_outside": ".1e",
+    "rollout/tis_weight_mean": ".5f",
+    "rollout/tis_clipped": ".1e",
+}
 COLUMNS = (
     ("accuracy", "final eval accuracy"),
     ("reward", f"reward, last {LAST_STEPS} steps"),
@@ -37,6 +44,12 @@ COLUMNS = (
     ("rollout/tis_weight_mean", "TIS weight"),
     ("rollout/tis_clipped", "TIS clipped"),
 )
+
+
+def finished(metrics: Path) -> bool:
+    """Whether a seed's run has its last line (``done``): a run in progress is left out."""
+    lines = metrics.read_text().splitlines()
+    return bool(lines) and json.loads(lines[-1])["split"] == "done"
 
 
 def seed_values(metrics: Path) -> dict[str, float]:
@@ -59,9 +72,10 @@ def table(studies: dict[str, str]) -> str:
     rows = ["| study | run | seeds | " + " | ".join(name for _, name in COLUMNS) + " |"]
     rows.append("| --- | --- | ---: |" + " ---: |" * len(COLUMNS))
     for study, folder in studies.items():
-        for run in sorted((ROOT / folder / "grpo").iterdir()):
-            seeds = sorted(run.rglob("seed~*/metrics.jsonl"))
-            if not seeds or not run.is_dir():
+        found = sorted((ROOT / folder / "grpo").rglob("seed~*/metrics.jsonl"))
+        for run in sorted({m.parent.parent for m in found}):
+            seeds = [m for m in sorted(run.glob("seed~*/metrics.jsonl")) if finished(m)]
+            if not seeds:
                 continue
             values = [seed_values(m) for m in seeds]
             name = run.relative_to(ROOT / folder / "grpo")
@@ -72,9 +86,9 @@ def table(studies: dict[str, str]) -> str:
                     cells.append("")
                     continue
                 i = mean_interval(got)
-                digits = 4 if "logprob" in key or "clipped" in key or "outside" in key else 3
-                band = f" [{i.lo:.{digits}g}, {i.hi:.{digits}g}]" if i.n > 1 else ""
-                cells.append(f"{i.mean:.{digits}g}{band}")
+                form = FORMATS.get(key, ".3f")
+                band = f" [{i.lo:{form}}, {i.hi:{form}}]" if i.n > 1 else ""
+                cells.append(f"{i.mean:{form}}{band}")
             rows.append(f"| {study} | {name} | {len(values)} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
