@@ -120,8 +120,9 @@ class GRPOConfig(RolloutConfig):
     normalize_constant: float | None = None
     """Divisor of masked_normalize (null: sampling_max_tokens)."""
     old_log_probs: Literal["auto", "none"] = "auto"
-    """auto: compute the sampling policy's log-probs when the loss needs them (the ratio
-    losses); none: never (refused with a ratio loss)."""
+    """auto: compute the sampling policy's log-probs when they are needed (the ratio losses;
+    rollout_correction tis over several optimizer steps per rollout batch); none: never
+    (refused where they are needed)."""
     rollout_correction: Literal["none", "tis"] = "none"
     """Correct the loss for an engine that samples from other log-probs than the policy's:
     none, or tis (truncated importance sampling: each response token's loss, whatever the
