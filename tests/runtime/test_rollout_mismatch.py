@@ -13,6 +13,7 @@ from micro_world import EI, GRPO, QUIET, fake_grade, record_calls, run_trainer
 from reasoning_core.runtime import ei, grpo, sampling
 from reasoning_core.runtime.config import ConfigError
 from reasoning_core.runtime.engine_logprobs import MISMATCH_KEYS, TIS_KEYS
+from reasoning_core.runtime.metrics import without_time
 
 WARNING = "warning: the rollout engine's log-probs differ"
 # One update per rollout batch, so an engine one sync behind is one optimizer step behind.
@@ -154,3 +155,29 @@ def test_one_update_per_batch_tis_needs_no_old_log_probs(world):
     assert not cfg.scores_old_log_probs and cfg.tis == 2.0
     cfg.old_log_probs = "none"
     cfg.validate()
+
+
+def test_tis_with_an_engine_that_agrees_exactly_changes_no_metric(world, tmp_path, monkeypatch):
+    """An engine whose log-probs are the old log-probs bit for bit (grpo_clip, two epochs):
+    every TIS weight is exactly 1, so the run's metrics are the run's without TIS, bit for
+    bit, apart from the two TIS keys."""
+    cfg = {**GRPO, **QUIET, "n_grpo_steps": 2, "epochs_per_rollout_batch": 2}
+    old: list = []
+    real_old = grpo.compute_old_log_probs
+
+    def scored(*args, **kwargs):
+        old.append(real_old(*args, **kwargs))
+        return old[-1]
+
+    def agreeing_engine(labels, response_mask, completions):
+        return old[-1].clone(), response_mask.bool()
+
+    monkeypatch.setattr(grpo, "compute_old_log_probs", scored)
+    monkeypatch.setattr(grpo, "engine_log_probs", agreeing_engine)
+    plain = train_records(cfg, world, tmp_path / "plain", monkeypatch)
+    tis = train_records({**cfg, "rollout_correction": "tis"}, world, tmp_path / "tis", monkeypatch)
+    assert all(r["rollout/tis_weight_mean"] == 1.0 and r["rollout/tis_clipped"] == 0 for r in tis)
+    assert all(r["rollout/logprob_diff_mean"] == 0.0 for r in tis)
+    without_tis = [{k: v for k, v in r.items() if k not in TIS_KEYS} for r in tis]
+    assert without_time(without_tis) == without_time(plain)
+    assert any(r["grad_norm"] > 0 for r in plain)
