@@ -10,7 +10,9 @@ every key except those starting with ``time/`` (wall-clock measurements, docs/co
 
 ``--base`` replaces the saved ``model_path`` (the committed runs name ``results/base``, whose
 weights are not committed: build them with ``rrl tiny-world``). ``--compare-only`` skips
-training and compares folders already under ``--out``. Exit status 0 when every run matches.
+training and compares folders already under ``--out``. ``--ignore KEY`` (repeatable) leaves
+out a key the change adds (a new metric), as ``time/`` keys are. Exit status 0 when every run
+matches.
 
 A zero-shot run (``rrl eval``, a folder under ``zero_shot/``) is rerun the same way. A setting
 the code has renamed since the run was saved (the command's ``RENAMED``, old -> new, e.g.
@@ -71,17 +73,19 @@ def renamed_config(saved: Path, command: str, folder: Path) -> Path:
     return path
 
 
-def strip_time(line: dict) -> dict:
-    return {k: v for k, v in line.items() if not k.startswith("time/")}
+def strip_time(line: dict, ignore: frozenset[str] = frozenset()) -> dict:
+    return {k: v for k, v in line.items() if not k.startswith("time/") and k not in ignore}
 
 
-def read_lines(path: Path) -> list[dict]:
-    return [strip_time(json.loads(s)) for s in path.read_text().splitlines() if s.strip()]
+def read_lines(path: Path, ignore: frozenset[str] = frozenset()) -> list[dict]:
+    lines = path.read_text().splitlines()
+    return [strip_time(json.loads(s), ignore) for s in lines if s.strip()]
 
 
-def compare(saved: Path, rerun: Path) -> list[str]:
-    """Differences between two metrics.jsonl files apart from time/ keys (empty: identical)."""
-    a, b = read_lines(saved), read_lines(rerun)
+def compare(saved: Path, rerun: Path, ignore: frozenset[str] = frozenset()) -> list[str]:
+    """Differences between two metrics.jsonl files apart from time/ keys and ``ignore``
+    (empty: identical)."""
+    a, b = read_lines(saved, ignore), read_lines(rerun, ignore)
     problems = []
     if len(a) != len(b):
         problems.append(f"{len(a)} lines saved, {len(b)} rerun")
@@ -99,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True, help="where the reruns go")
     p.add_argument("--base", help="model_path to use instead of the saved one")
     p.add_argument("--compare-only", action="store_true")
+    p.add_argument("--ignore", action="append", default=[], help="a key to leave out")
     args = p.parse_args(argv)
+    ignore = frozenset(args.ignore)
     failed = 0
     scratch = Path(tempfile.mkdtemp(prefix="rerun_identical_"))
     for i, run in enumerate(args.runs):
@@ -118,13 +124,14 @@ def main(argv: list[str] | None = None) -> int:
                 cmd += ["--set", f"model_path={args.base}"]
             print("$", " ".join(cmd), flush=True)
             subprocess.run(cmd, check=True)
-        problems = compare(run / "metrics.jsonl", target / "metrics.jsonl")
+        problems = compare(run / "metrics.jsonl", target / "metrics.jsonl", ignore)
         n = len(read_lines(run / "metrics.jsonl"))
         if problems:
             failed += 1
             print(f"DIFFERENT {run}: " + "; ".join(problems[:5]))
         else:
-            print(f"IDENTICAL {run}: {n} lines equal apart from time/ keys")
+            left_out = f" and {sorted(ignore)}" if ignore else ""
+            print(f"IDENTICAL {run}: {n} lines equal apart from time/ keys{left_out}")
     return 1 if failed else 0
 
 

@@ -10,10 +10,13 @@ Logged per iteration (a ``train`` line at the optimizer step where it starts): t
 rewards (``reward``, ``format_reward``, ``answer_reward``), ``kept`` examples, the rollouts
 whose grading timed out or raised (``grade/timeouts``, ``grade/errors``; repeated on the
 iteration's optimizer-step lines, so every train line carries them), and, under
-``rollout/``, the response length and the mean token entropy of the sampled responses under
+``rollout/``, the response length, the mean token entropy of the sampled responses under
 the policy that sampled them (the engine's per-token entropies when it returns them, as the hf
-and static engines do; else a no-gradient forward). Per optimizer step: ``loss``, ``grad_norm``, ``entropy`` (of the
-kept responses being trained on), ``response_length``, ``lr``.
+and static engines do; else from the forward below), and the engine's log-probs of its sampled
+tokens checked against the policy's (``rollout/logprob_diff_mean`` and the other keys of
+:mod:`reasoning_core.runtime.engine_logprobs`, repeated on the iteration's optimizer-step lines)
+from one no-gradient forward over the rollouts. Per optimizer step: ``loss``, ``grad_norm``,
+``entropy`` (of the kept responses being trained on), ``response_length``, ``lr``.
 
 Run: ``rrl ei --config workflow/config/methods/tiny.yaml --set model_path=... --out DIR``.
 """
@@ -24,10 +27,14 @@ import math
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 from reasoning_core.runtime.batching import MicroBatchSize, tokenize_pairs
 from reasoning_core.runtime.config import ConfigError
+from reasoning_core.runtime.engine_logprobs import (
+    MismatchWarner,
+    check_rollouts,
+    engine_log_probs,
+)
 from reasoning_core.runtime.generations import sampled_entropy
 from reasoning_core.runtime.rng import Stream, step_rng
 from reasoning_core.runtime.run import (
@@ -39,23 +46,22 @@ from reasoning_core.runtime.run import (
     start_run,
 )
 from reasoning_core.runtime.sampling import (
-    RolloutBatch,
     Rollouts,
     load_questions,
     reward_means,
     sample_and_grade,
 )
 from reasoning_core.runtime.settings import (
-    CommonConfig,
+    RolloutConfig,
     check_at_least_one,
     check_divisible,
     check_sampling,
 )
-from reasoning_core.runtime.updates import response_entropy, sft_update
+from reasoning_core.runtime.updates import score_rollouts, sft_update
 
 
 @dataclass
-class EIConfig(CommonConfig):
+class EIConfig(RolloutConfig):
     """Expert iteration: sample, keep the correct responses, SFT on them, repeat."""
 
     n_ei_steps: int = 5
@@ -106,13 +112,10 @@ class EIConfig(CommonConfig):
         return self.batch_size // self.gradient_accumulation_steps
 
 
-def rollout_entropy(
-    model: Any, tokenizer: Any, ro: RolloutBatch, device: Any, micro_batch_size: MicroBatchSize
-) -> float:
-    """The policy's mean token entropy over a round's rollouts, from one no-gradient forward
-    (for engines that return no entropies)."""
-    tokens = tokenize_pairs(ro.prompts, ro.responses, tokenizer)
-    return response_entropy(model, tokens, device, micro_batch_size)
+def computed(value: float | None) -> float | None:
+    """``value``, already computed: the forward's entropy as ``sampled_entropy``'s fallback
+    (it is only asked for when the engine gave no per-token entropies)."""
+    return value
 
 
 def train(cfg: EIConfig, out: str) -> dict:
@@ -128,17 +131,18 @@ def train(cfg: EIConfig, out: str) -> dict:
         cfg.ei_batch_size,
         f"setting 'ei_batch_size' ({cfg.ei_batch_size}) exceeds the {{n}} training questions",
     )
-    rollouts = Rollouts.from_config(cfg, task, questions)
+    rollouts = Rollouts.from_config(cfg, task, questions, sync_every=cfg.sync_every)
     # Upper bound (every rollout kept); only matters for decaying schedules.
     max_kept = cfg.ei_batch_size * cfg.group_size
     total_steps = cfg.n_ei_steps * cfg.sft_epochs * math.ceil(max_kept / cfg.batch_size)
     t = setup_training(cfg, out, "ei", task, total_steps)
     ei_step, step = t.resumed("ei_step"), t.resumed("opt_step")
     micro = MicroBatchSize(cfg.micro_batch_size, backoff=cfg.oom_backoff, name="ei")
-    # The no-gradient entropy pass takes larger micro batches, with a back-off of its own.
+    # The no-gradient scoring pass takes larger micro batches, with a back-off of its own.
     score_micro = MicroBatchSize(
-        max(8, cfg.micro_batch_size), backoff=cfg.oom_backoff, name="ei entropy"
+        max(8, cfg.micro_batch_size), backoff=cfg.oom_backoff, name="ei rollout scoring"
     )
+    warn = MismatchWarner(cfg.logprob_diff_warn, "ei")
 
     bar = progress(total=cfg.n_ei_steps, initial=ei_step, desc="ei", enabled=cfg.progress)
     while ei_step < cfg.n_ei_steps:
@@ -156,14 +160,21 @@ def train(cfg: EIConfig, out: str) -> dict:
             "rollout/truncated": ro.truncated,
             "time/train": 0.0,  # the optimizer steps' lines below carry it
         }
+        # The policy's log-probs of the rollouts (and their entropy, when the engine gave none)
+        # from one no-gradient forward, against the engine's log-probs of the same tokens.
+        tokens = tokenize_pairs(ro.prompts, ro.responses, t.tokenizer)
+        forward_entropy = cfg.log_rollout_entropy and any(
+            c.entropies is None for c in ro.completions
+        )
+        policy, entropy = score_rollouts(t.model, tokens, device, score_micro, forward_entropy)
+        engine = engine_log_probs(tokens.labels, tokens.response_mask, ro.completions)
+        mismatch, _, _ = check_rollouts(engine, tokens.response_mask, policy, None)
+        warn(mismatch)
+        line.update(mismatch)
         if cfg.log_rollout_entropy:
-            entropy = sampled_entropy(
-                t.tokenizer,
-                ro.completions,
-                partial(rollout_entropy, t.model, t.tokenizer, ro, device, score_micro),
-            )
+            entropy = sampled_entropy(t.tokenizer, ro.completions, partial(computed, entropy))
             line["rollout/entropy"] = 0.0 if entropy is None else entropy  # 0: no tokens
-            line["time/entropy"] = time.perf_counter() - t_graded
+        line["time/score"] = time.perf_counter() - t_graded
         t.run.log({**line, **ro.seconds}, step=step, split="train")
         # Every train line carries the same time/ keys (as GRPO's): the round's rollout timings
         # on its line above, 0 on its optimizer steps' lines (time/train the other way round).
@@ -191,6 +202,7 @@ def train(cfg: EIConfig, out: str) -> dict:
                     step += 1
                     stats["ei_step"] = ei_step + 1
                     stats.update(ro.grade_metrics)  # the iteration's rollouts' (not a new count)
+                    stats.update(mismatch)  # and their check, as on the iteration's line
                     stats["time/train"] = time.perf_counter() - t0
                     t.run.log({**zero_times, **stats}, step=step, split="train")
                     t.run.maybe_exit(step)

@@ -10,14 +10,33 @@ one: after the first difference the contexts differ too. :func:`engine_log_probs
 engine's log-probs there and the mask of those positions, for
 :func:`reasoning_core.logprob_mismatch` and :func:`reasoning_core.tis_weights`;
 :func:`mismatch_metrics` is the first of these as train-line metrics.
+
+The trainers measure the difference on every rollout batch against a policy pass that already
+runs where there is one (:class:`MismatchSums` adds it up over micro batches): GRPO's old
+log-probs when it computes them, else the first update's own forward (:class:`EngineCheck`),
+whose weights are still the sampling policy's. :class:`MismatchWarner` says so on stderr, once
+per run, when the mean difference passes setting ``logprob_diff_warn``.
 """
 
 from __future__ import annotations
 
+import sys
+from dataclasses import dataclass
+from typing import NamedTuple
+
 import torch
 
-from reasoning_core import logprob_mismatch
+from reasoning_core import logprob_mismatch, mismatch_warning, tis_weights
 from reasoning_core.runtime.rollout import Completion
+
+# The keys a rollout batch's check adds to its train lines (the last two with TIS only).
+MISMATCH_KEYS = (
+    "rollout/logprob_diff_mean",
+    "rollout/logprob_diff_max",
+    "rollout/ratio_outside",
+    "rollout/logprob_aligned",
+)
+TIS_KEYS = ("rollout/tis_weight_mean", "rollout/tis_clipped")
 
 
 def engine_log_probs(
@@ -39,7 +58,8 @@ def engine_log_probs(
         float32 log-probs at the aligned positions (0 elsewhere) and the bool mask of the
         aligned positions: the leading response positions whose labels are the completion's
         sampled ids, one for one (a row whose text re-tokenizes differently from its first
-        response token on has none).
+        response token on has none), less any position whose engine log-prob is not finite
+        (a completion the engine did not sample carries NaN: there is nothing to compare).
 
     Raises:
         ValueError: when the rows and completions differ in number, or a completion has no
@@ -59,8 +79,10 @@ def engine_log_probs(
         k, sampled = 0, completion.token_ids
         while k < min(len(ids), len(sampled)) and ids[k] == sampled[k]:
             k += 1
-        values[row, positions[:k]] = torch.tensor(scores[:k], dtype=torch.float32)
-        aligned[row, positions[:k]] = True
+        given = torch.tensor(scores[:k], dtype=torch.float32)
+        finite = torch.isfinite(given)
+        values[row, positions[:k]] = torch.where(finite, given, torch.zeros_like(given))
+        aligned[row, positions[:k]] = finite
     return values, aligned
 
 
@@ -85,3 +107,124 @@ def mismatch_metrics(
     responses = int(response_mask[..., :width].sum())
     metrics["rollout/logprob_aligned"] = int(aligned.sum()) / responses if responses else 0.0
     return metrics
+
+
+@dataclass
+class MismatchSums:
+    """The check of one rollout batch, added up over the pieces (micro batches) it is scored
+    in: sums over the compared tokens, so that :meth:`metrics` is the whole batch's."""
+
+    diff: float = 0.0  # sum of |policy - engine|
+    diff_max: float = 0.0
+    outside: float = 0.0  # tokens whose ratio lies outside RATIO_BAND
+    aligned: int = 0  # tokens compared
+    responses: int = 0  # response tokens
+    weight: float = 0.0  # sum of the TIS weights
+    clipped: float = 0.0  # tokens whose ratio passed the cap
+    tis: bool = False
+
+    def add(
+        self,
+        policy_log_probs: torch.Tensor,
+        values: torch.Tensor,
+        aligned: torch.Tensor,
+        response_mask: torch.Tensor,
+        tis_cap: float | None = None,
+    ) -> torch.Tensor | None:
+        """Count one piece: the policy's log-probs (detached here) against the engine's
+        ``values`` on the ``aligned`` positions, all of one shape. With ``tis_cap``, return
+        the piece's TIS weights (:func:`reasoning_core.tis_weights`, 1 off the aligned
+        positions), else None."""
+        policy = policy_log_probs.detach().float()
+        stats = logprob_mismatch(policy, values, aligned)
+        n = int(aligned.sum())
+        self.diff += float(stats["logprob_diff_mean"]) * n
+        self.diff_max = max(self.diff_max, float(stats["logprob_diff_max"]))
+        self.outside += float(stats["ratio_outside"]) * n
+        self.aligned += n
+        self.responses += int(response_mask.sum())
+        if tis_cap is None:
+            return None
+        weights, meta = tis_weights(policy, values, aligned, cap=tis_cap)
+        self.tis = True
+        self.weight += float(meta["tis_weight_mean"]) * n
+        self.clipped += float(meta["tis_clipped"]) * n
+        return weights
+
+    def metrics(self) -> dict[str, float]:
+        """:data:`MISMATCH_KEYS` (and :data:`TIS_KEYS` after a TIS piece): means over the
+        compared tokens, 0 when there was none; ``rollout/logprob_aligned`` is their share of
+        the response tokens. With no token compared, the TIS weight mean is 1 (no token was
+        weighted)."""
+        n = max(1, self.aligned)
+        out = {
+            "rollout/logprob_diff_mean": self.diff / n,
+            "rollout/logprob_diff_max": self.diff_max,
+            "rollout/ratio_outside": self.outside / n,
+            "rollout/logprob_aligned": self.aligned / self.responses if self.responses else 0.0,
+        }
+        if self.tis:
+            out["rollout/tis_weight_mean"] = self.weight / n if self.aligned else 1.0
+            out["rollout/tis_clipped"] = self.clipped / n
+        return out
+
+
+class EngineCheck(NamedTuple):
+    """The engine's side of a rollout batch (:func:`engine_log_probs`), for an update that
+    measures the difference on its own forward (its weights still the sampling policy's) and,
+    with ``tis_cap``, weights the loss by TIS from it."""
+
+    values: torch.Tensor
+    aligned: torch.Tensor
+    tis_cap: float | None = None
+
+    def measure(
+        self,
+        sums: MismatchSums,
+        rows: torch.Tensor,
+        policy_log_probs: torch.Tensor,
+        response_mask: torch.Tensor,
+    ) -> torch.Tensor | None:
+        """Add a micro batch (``rows`` of the rollout batch, its log-probs and mask on the
+        update's device, as wide as its longest row) to ``sums``; its TIS weights or None."""
+        width, device = policy_log_probs.shape[-1], policy_log_probs.device
+        values = self.values[rows, :width].to(device)
+        aligned = self.aligned[rows, :width].to(device)
+        return sums.add(policy_log_probs, values, aligned, response_mask, self.tis_cap)
+
+
+def check_rollouts(
+    engine: tuple[torch.Tensor, torch.Tensor],
+    response_mask: torch.Tensor,
+    old_log_probs: torch.Tensor | None,
+    tis_cap: float | None,
+) -> tuple[dict[str, float], torch.Tensor | None, EngineCheck | None]:
+    """A rollout batch's check against the sampling policy: ``(metrics, weights, live)``.
+
+    With ``old_log_probs`` (the sampling policy's, scored for the whole batch) the metrics
+    and, with ``tis_cap``, the TIS weights (rollouts, seq) come from them now, at no further
+    cost; ``live`` is None. Without, they come from the first update's forward: the metrics
+    are empty, the weights None, and ``live`` the :class:`EngineCheck` to give that update."""
+    values, aligned = engine
+    if old_log_probs is None:
+        return {}, None, EngineCheck(values, aligned, tis_cap)
+    sums = MismatchSums()
+    weights = sums.add(old_log_probs, values, aligned, response_mask, tis_cap)
+    return sums.metrics(), weights, None
+
+
+class MismatchWarner:
+    """Prints :func:`reasoning_core.mismatch_warning` on stderr the first time a rollout
+    batch's mean difference exceeds ``threshold`` (None: never), then stays quiet: one line
+    per run, not one per step."""
+
+    def __init__(self, threshold: float | None, method: str) -> None:
+        self.threshold, self.method, self.warned = threshold, method, False
+
+    def __call__(self, metrics: dict[str, float]) -> None:
+        if self.warned or "rollout/logprob_diff_mean" not in metrics:
+            return
+        message = mismatch_warning(metrics["rollout/logprob_diff_mean"], self.threshold)
+        if message is not None:
+            self.warned = True
+            print(f"[{self.method}] warning: {message}", file=sys.stderr)

@@ -13,6 +13,12 @@ is REINFORCE with a per-group baseline), ``grpo_clip`` (PPO's clipped ratio), ``
 (unclipped ratio). The ratio losses need the log-probs of the sampling policy; they are
 computed once per rollout batch, without gradients, before the first optimizer step on it.
 
+Every rollout batch is checked against the engine that sampled it: the engine's log-probs of
+its sampled tokens against the sampling policy's (the old log-probs where they are computed,
+else the first optimizer step's own forward, no extra pass), logged under ``rollout/``
+(:mod:`reasoning_core.runtime.engine_logprobs`); ``rollout_correction: tis`` weights each
+token's loss by truncated importance sampling (docs/rollout_mismatch.md).
+
 Run: ``rrl grpo --config workflow/config/methods/tiny.yaml --set model_path=... --out DIR``.
 """
 
@@ -32,6 +38,13 @@ from reasoning_core.runtime.batching import (
     tokenize_pairs,
 )
 from reasoning_core.runtime.config import ConfigError
+from reasoning_core.runtime.engine_logprobs import (
+    MISMATCH_KEYS,
+    TIS_KEYS,
+    MismatchWarner,
+    check_rollouts,
+    engine_log_probs,
+)
 from reasoning_core.runtime.rng import Stream, step_seed
 from reasoning_core.runtime.run import (
     after_iteration,
@@ -48,7 +61,7 @@ from reasoning_core.runtime.sampling import (
     sample_and_grade,
 )
 from reasoning_core.runtime.settings import (
-    CommonConfig,
+    RolloutConfig,
     check_at_least_one,
     check_divisible,
     check_sampling,
@@ -64,7 +77,7 @@ RATIO_LOSSES = ("grpo_clip", "grpo_no_clip")
 
 
 @dataclass
-class GRPOConfig(CommonConfig):
+class GRPOConfig(RolloutConfig):
     """GRPO settings; defaults are the handout's (Qwen2.5-Math-1.5B on MATH)."""
 
     n_grpo_steps: int = 200
@@ -107,8 +120,16 @@ class GRPOConfig(CommonConfig):
     normalize_constant: float | None = None
     """Divisor of masked_normalize (null: sampling_max_tokens)."""
     old_log_probs: Literal["auto", "none"] = "auto"
-    """auto: compute the sampling policy's log-probs when the loss needs them (the ratio
-    losses); none: never (refused with a ratio loss)."""
+    """auto: compute the sampling policy's log-probs when they are needed (the ratio losses;
+    rollout_correction tis over several optimizer steps per rollout batch); none: never
+    (refused where they are needed)."""
+    rollout_correction: Literal["none", "tis"] = "none"
+    """Correct the loss for an engine that samples from other log-probs than the policy's:
+    none, or tis (truncated importance sampling: each response token's loss, whatever the
+    loss_type, weighted by min(exp(old policy - engine), tis_cap), detached; logs
+    rollout/tis_weight_mean and rollout/tis_clipped). docs/rollout_mismatch.md says when."""
+    tis_cap: float = 2.0
+    """tis's cap (>= 1): no token's weight exceeds it."""
     sort_micro_batches: bool = False
     """Sort each train batch's rows by length before cutting it into micro batches, so a micro
     batch pads to a near-equal longest row: less padding computed, the same batch mean up to
@@ -150,6 +171,16 @@ class GRPOConfig(CommonConfig):
                 f"setting 'old_log_probs' is 'none' but loss_type {self.loss_type!r} needs the "
                 "old (sampling) policy's log-probs; use old_log_probs: auto"
             )
+        if not self.tis_cap >= 1:
+            raise ConfigError(f"setting 'tis_cap' must be >= 1, got {self.tis_cap}")
+        if self.rollout_correction == "tis" and self.old_log_probs == "none":
+            if self.steps_per_rollout_batch > 1:
+                # The later steps' forward is no longer the sampling policy's.
+                raise ConfigError(
+                    "setting 'rollout_correction' is tis and a rollout batch takes "
+                    f"{self.steps_per_rollout_batch} optimizer steps, so its weights need the "
+                    "sampling policy's log-probs, but setting 'old_log_probs' is 'none'"
+                )
         if self.loss_type == "grpo_clip" and self.cliprange <= 0:
             raise ConfigError(
                 f"setting 'cliprange' must be > 0 for grpo_clip, got {self.cliprange}"
@@ -183,6 +214,19 @@ class GRPOConfig(CommonConfig):
     @property
     def needs_old_log_probs(self) -> bool:
         return self.loss_type in RATIO_LOSSES
+
+    @property
+    def scores_old_log_probs(self) -> bool:
+        """Whether each rollout batch gets the no-gradient pass of the sampling policy: for the
+        ratio losses, and for TIS when a rollout batch takes more than one optimizer step (the
+        later steps' forward is no longer the sampling policy's)."""
+        tis = self.rollout_correction == "tis" and self.steps_per_rollout_batch > 1
+        return self.needs_old_log_probs or tis
+
+    @property
+    def tis(self) -> float | None:
+        """TIS's cap when rollout_correction is tis, else None."""
+        return self.tis_cap if self.rollout_correction == "tis" else None
 
     @property
     def loss(self) -> PolicyGradientLoss:
@@ -222,7 +266,7 @@ def train(cfg: GRPOConfig, out: str) -> dict:
         "setting 'train_examples': {n} training questions, fewer than the "
         f"{cfg.n_prompts_per_rollout_batch} prompts of one rollout batch",
     )
-    rollouts = Rollouts.from_config(cfg, task, questions)
+    rollouts = Rollouts.from_config(cfg, task, questions, sync_every=cfg.sync_every)
     t = setup_training(cfg, out, "grpo", task, cfg.n_grpo_steps * cfg.steps_per_rollout_batch)
     if cfg.share_prompts:  # attn_implementation "auto" may have chosen FlashAttention 2
         check_packable(t.model)
@@ -232,6 +276,7 @@ def train(cfg: GRPOConfig, out: str) -> dict:
         cfg.micro_batch_size, backoff=cfg.oom_backoff, name="grpo old log-probs"
     )
 
+    warn = MismatchWarner(cfg.logprob_diff_warn, "grpo")
     bar = progress(total=cfg.n_grpo_steps, initial=grpo_step, desc="grpo", enabled=cfg.progress)
     while grpo_step < cfg.n_grpo_steps:
         # 1. Sample group_size responses to each of this step's questions; grade them.
@@ -247,14 +292,19 @@ def train(cfg: GRPOConfig, out: str) -> dict:
             advantage_eps=cfg.advantage_eps,
             normalize_by_std=cfg.use_std_normalization,
         )
-        # 3. Tokenize once; 4. the sampling policy's log-probs, when the loss has a ratio.
+        # 3. Tokenize once; 4. the sampling policy's log-probs, when the loss has a ratio
+        # (or TIS needs them); the engine's log-probs of the same tokens, to check against.
         tokens = tokenize_pairs(ro.prompts, ro.responses, t.tokenizer)
         old = None
-        if cfg.needs_old_log_probs:
+        if cfg.scores_old_log_probs:
             old = compute_old_log_probs(
                 t.model, tokens, device, score_micro, share_prompts=cfg.share_prompts
             )
-        scored = ScoredRollouts(tokens, raw, advantages, old)
+        engine = engine_log_probs(tokens.labels, tokens.response_mask, ro.completions)
+        mismatch, weights, live = check_rollouts(engine, tokens.response_mask, old, cfg.tis)
+        warn(mismatch)
+        old = old if cfg.needs_old_log_probs else None
+        scored = ScoredRollouts(tokens, raw, advantages, old, weights)
         rollout_stats = {
             **reward_means(ro.scores),
             **ro.grade_metrics,  # this rollout batch's, repeated on each of its lines
@@ -288,9 +338,15 @@ def train(cfg: GRPOConfig, out: str) -> dict:
                     device=device,
                     max_grad_norm=cfg.max_grad_norm,
                     share_prompts=cfg.share_prompts,
+                    engine=live,
                 )
+                if live is not None:  # measured on this first step; repeated on the others
+                    mismatch = {k: stats.pop(k) for k in (*MISMATCH_KEYS, *TIS_KEYS) if k in stats}
+                    warn(mismatch)
+                    live = None
                 opt_step += 1
-                line = {"grpo_step": grpo_step + 1, **stats, **rollout_stats, **timings}
+                line = {"grpo_step": grpo_step + 1, **stats, **rollout_stats, **mismatch}
+                line.update(timings)
                 line["time/train"] = time.perf_counter() - t0
                 t.run.log(line, step=opt_step, split="train")
                 t.run.maybe_exit(opt_step)

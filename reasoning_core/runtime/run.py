@@ -15,6 +15,7 @@ Every trainer goes through the same stages::
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import shutil
@@ -269,8 +270,14 @@ def rollout_engine_kind(cfg: CommonConfig, model) -> str:
 def make_rollout_engine(cfg: CommonConfig, model, tokenizer):
     """The engine a run samples with: :func:`rollout_engine_kind` built by
     :func:`engines.make_engine` with its options from ``cfg.engine_kwargs``
-    (:func:`settings.engine_options`). One seam for tests that wrap the engine a trainer builds."""
+    (:func:`settings.engine_options`). One seam for tests that wrap the engine a trainer builds.
+
+    The hf and static engines sample from the module they are given, the live policy, unless
+    setting ``sync_every`` (EI, GRPO) is above 1: then they get a copy of their own, which
+    keeps the weights of its last sync between syncs (vLLM always holds its own)."""
     kind = rollout_engine_kind(cfg, model)
+    if getattr(cfg, "sync_every", 1) > 1 and kind in ("hf", "static"):
+        model = copy.deepcopy(model)
     return make_engine(kind, model, tokenizer, **engine_options(cfg.engine_kwargs, kind))
 
 

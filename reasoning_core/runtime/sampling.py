@@ -140,7 +140,8 @@ def reward_means(scores: list[dict]) -> dict[str, float]:
 @dataclass(frozen=True)
 class Rollouts:
     """What every rollout of a run shares: the question pool, the task that formats prompts,
-    the template, the reward function, the sampling settings and the run's seed."""
+    the template, the reward function, the sampling settings, the run's seed, and how often
+    the policy's weights go into the engine (``sync_every`` steps)."""
 
     questions: list[envs.Example]
     task: envs.Task
@@ -148,10 +149,15 @@ class Rollouts:
     reward_fn: Callable[[str, str], dict]
     params: SamplingParams
     seed: int
+    sync_every: int = 1
 
     @classmethod
     def from_config(
-        cls, cfg: RolloutSettings, task: envs.Task, questions: list[envs.Example]
+        cls,
+        cfg: RolloutSettings,
+        task: envs.Task,
+        questions: list[envs.Example],
+        sync_every: int = 1,
     ) -> Rollouts:
         return cls(
             questions=questions,
@@ -160,6 +166,7 @@ class Rollouts:
             reward_fn=task.reward_fn(cfg.template),
             params=rollout_params(cfg),
             seed=cfg.seed,
+            sync_every=sync_every,
         )
 
 
@@ -210,8 +217,10 @@ def sample_and_grade(
     engine: RolloutEngine, model: Any, rollouts: Rollouts, *, step: int, count: int
 ) -> RolloutBatch:
     """Step ``step``'s rollouts: ``count`` questions drawn without replacement from the pool
-    (stream ``QUESTIONS``), the policy's weights synced into the engine, ``params.n``
-    responses per question sampled with the step's seed (stream ``ROLLOUT_SEED``), graded."""
+    (stream ``QUESTIONS``), the policy's weights synced into the engine (on every
+    ``sync_every``-th step; on the others the engine keeps the weights of its last sync),
+    ``params.n`` responses per question sampled with the step's seed (stream
+    ``ROLLOUT_SEED``), graded."""
     picked = step_rng(rollouts.seed, Stream.QUESTIONS, step).choice(
         len(rollouts.questions), size=count, replace=False
     )
@@ -219,7 +228,8 @@ def sample_and_grade(
     prompts = [rollouts.task.format_prompt(q, rollouts.template) for q in questions]
     params = rollouts.params.replace(seed=step_seed(rollouts.seed, Stream.ROLLOUT_SEED, step))
     t0 = time.perf_counter()
-    engine.sync_weights(model)
+    if step % rollouts.sync_every == 0:
+        engine.sync_weights(model)
     t1 = time.perf_counter()
     groups = engine.generate(prompts, params)
     t2 = time.perf_counter()

@@ -33,7 +33,7 @@ from reasoning_core.runtime.engines import (
 RESUME_MAY_CHANGE = {
     "device", "num_threads", "progress", "oom_backoff", "gradient_checkpointing",
     "attn_implementation", "engine_kwargs", "save_every", "compile", "trackers",
-    "max_wall_seconds",
+    "max_wall_seconds", "logprob_diff_warn",
 }  # fmt: skip
 
 # Metric trackers beside metrics.jsonl: setting value -> (module to import, pip extra).
@@ -188,6 +188,33 @@ class CommonConfig:
                 check_pair(self.train_split, self.eval_split)
         except ValueError as exc:
             raise ConfigError(f"setting 'task'/'template'/'*_split': {exc}") from exc
+
+
+@dataclass
+class RolloutConfig(CommonConfig):
+    """What the trainers that sample their own rollouts (EI, GRPO) share beyond
+    CommonConfig: the engine's weight sync and the check of its log-probs."""
+
+    sync_every: int = 1
+    """Push the policy's weights into the rollout engine before every N-th rollout batch (EI
+    iterations, GRPO steps); 1: before each. With N > 1 the engine samples from weights up to
+    N - 1 steps old, as an asynchronous trainer's does (the hf and static engines then keep a
+    copy of the policy of their own). An evaluation syncs too, so eval_every a multiple of N
+    keeps the lag regular; a resumed run starts in sync."""
+    logprob_diff_warn: float | None = 0.03
+    """Warn once on stderr when a rollout batch's rollout/logprob_diff_mean (mean |engine -
+    policy| log-prob of the sampled response tokens) exceeds this; null: never. A float32
+    engine in sync stays near 1e-6, a bfloat16 vLLM near 1e-2, one unsynced step at lr 1e-4
+    near 8e-2 (docs/rollout_mismatch.md)."""
+
+    def validate(self) -> None:
+        check_at_least_one(self, "sync_every")
+        if self.logprob_diff_warn is not None and not self.logprob_diff_warn > 0:
+            raise ConfigError(
+                f"setting 'logprob_diff_warn' must be > 0 (or null: no warning), "
+                f"got {self.logprob_diff_warn}"
+            )
+        super().validate()
 
 
 def check_positive(cfg: Any, *names: str) -> None:

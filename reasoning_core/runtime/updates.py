@@ -30,6 +30,7 @@ from reasoning_core.runtime.batching import (
     micro_batches,
     policy_log_probs,
 )
+from reasoning_core.runtime.engine_logprobs import EngineCheck, MismatchSums
 
 
 def sft_update(
@@ -116,13 +117,15 @@ class PolicyGradientLoss:
 
 class ScoredRollouts(NamedTuple):
     """A rollout batch ready for :func:`grpo_update`: its ``tokens``, ``raw_rewards`` and
-    group-normalized ``advantages`` (rollouts,) float32, and ``old_log_probs`` (rollouts, seq)
-    of the sampling policy (None when the loss needs none)."""
+    group-normalized ``advantages`` (rollouts,) float32, ``old_log_probs`` (rollouts, seq)
+    of the sampling policy (None when the loss needs none), and ``token_weights`` (rollouts,
+    seq), each response token's weight in the loss (TIS; None: every token weighs 1)."""
 
     tokens: TokenBatch
     raw_rewards: torch.Tensor
     advantages: torch.Tensor
     old_log_probs: torch.Tensor | None
+    token_weights: torch.Tensor | None = None
 
 
 def grpo_update(
@@ -137,6 +140,7 @@ def grpo_update(
     device: torch.device,
     max_grad_norm: float,
     share_prompts: bool = False,
+    engine: EngineCheck | None = None,
 ) -> dict[str, float]:
     """One AdamW step of the policy-gradient ``loss`` on the train batch ``rows`` of a rollout
     batch (:func:`accumulate_grpo`).
@@ -144,13 +148,15 @@ def grpo_update(
     Returns ``loss`` (summed over the micro batches as returned by the train step),
     ``grad_norm`` (before clipping), ``entropy`` (mean response-token entropy),
     ``clip_fraction`` (token-weighted), ``lr``, and ``micro_batch_size`` after an out-of-memory
-    back-off."""
+    back-off. With ``engine`` (the first update of a rollout batch, whose weights sampled it),
+    also the ``rollout/`` keys of :class:`MismatchSums` measured on this update's own forward,
+    the loss weighted by TIS from it when ``engine.tis_cap`` is set."""
     rows = torch.as_tensor(rows, dtype=torch.long)
     lr = optimizer.param_groups[0]["lr"]
     zero = partial(optimizer.zero_grad, set_to_none=True)
     zero()
-    loss_sum, ent_sum, ent_n, clip_sum = micro_batch_size.call(
-        accumulate_grpo, model, rollouts, rows, loss, device, share_prompts, reset=zero
+    loss_sum, ent_sum, ent_n, clip_sum, sums = micro_batch_size.call(
+        accumulate_grpo, model, rollouts, rows, loss, device, share_prompts, engine, reset=zero
     )
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
     optimizer.step()
@@ -163,6 +169,7 @@ def grpo_update(
         "clip_fraction": clip_sum / max(1, ent_n),
         "lr": lr,
         **micro_batch_size.metrics(),
+        **(sums.metrics() if engine is not None else {}),
     }
 
 
@@ -174,21 +181,28 @@ def accumulate_grpo(
     loss: PolicyGradientLoss,
     device: torch.device,
     share_prompts: bool,
-) -> tuple[float, float, int, float]:
+    engine: EngineCheck | None = None,
+) -> tuple[float, float, int, float, MismatchSums]:
     """Backward of the policy-gradient loss of ``rows`` in micro batches of ``size``: (loss
-    sum, entropy sum, token count, clipped-token sum).
+    sum, entropy sum, token count, clipped-token sum, the engine check's sums).
 
     The micro batches are equal (the size divides the train batch), so each one's mean loss
     divided by their number (``gradient_accumulation_steps``) sums to the batch mean.
     ``share_prompts``: each micro batch's distinct prompts are computed once
-    (:func:`~reasoning_core.runtime.batching.shared_prompt_log_probs`)."""
-    tokens, raw, advantages, old = rollouts
+    (:func:`~reasoning_core.runtime.batching.shared_prompt_log_probs`). Each token's loss is
+    weighted by the rollouts' ``token_weights`` or, with ``engine``, by the TIS weights of its
+    own log-probs (detached) against the engine's, which ``engine`` also adds up."""
+    tokens, raw, advantages, old, weights = rollouts
     steps = len(rows) // size
     loss_sum, ent_sum, ent_n, clip_sum = 0.0, 0.0, 0, 0.0
+    sums = MismatchSums()
     for mb in micro_batches(tokens, rows, size):
         r, width = mb.rows, mb.input_ids.shape[1]
         log_probs, entropy = policy_log_probs(model, mb, device, share_prompts=share_prompts)
         mask = mb.response_mask.to(device)
+        token_weights = None if weights is None else weights[r, :width].to(device)
+        if engine is not None:
+            token_weights = engine.measure(sums, r, log_probs, mask)
         value, meta = grpo_microbatch_train_step(
             policy_log_probs=log_probs,
             response_mask=mask,
@@ -200,12 +214,13 @@ def accumulate_grpo(
             cliprange=loss.cliprange,
             length_norm=loss.length_norm,
             normalize_constant=loss.normalize_constant,
+            token_weights=token_weights,
         )
         loss_sum += float(value)
         s, c = masked_token_mean(entropy, mask)
         ent_sum, ent_n = ent_sum + s, ent_n + c
         clip_sum += float(meta["clip_fraction"]) * c
-    return loss_sum, ent_sum, ent_n, clip_sum
+    return loss_sum, ent_sum, ent_n, clip_sum, sums
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,30 +253,39 @@ def score_log_probs(
 
 
 @torch.no_grad()
-def response_entropy(
+def score_rollouts(
     model: torch.nn.Module,
     tokens: TokenBatch,
     device: torch.device,
     micro_batch_size: MicroBatchSize,
-) -> float:
-    """Mean token entropy of the responses of a tokenized batch under ``model`` (eval mode, no
-    gradient)."""
+    with_entropy: bool = True,
+) -> tuple[torch.Tensor, float | None]:
+    """One no-gradient forward (eval mode) over a tokenized batch of rollouts: the log-probs
+    (rows, seq) float32 on the CPU of every response token under ``model``, for the check
+    against the engine's, and with ``with_entropy`` the responses' mean token entropy (None
+    without)."""
     was_training = model.training
     model.eval()
     try:
-        total, count = micro_batch_size.call(score_entropy, model, tokens, device)
+        log_probs, total, count = micro_batch_size.call(
+            score_responses, model, tokens, device, with_entropy
+        )
     finally:
         model.train(was_training)
-    return total / max(1, count)
+    return log_probs, total / max(1, count) if with_entropy else None
 
 
-def score_entropy(
-    size: int, model: torch.nn.Module, tokens: TokenBatch, device: torch.device
-) -> tuple[float, int]:
-    """(entropy sum, token count) of every response of ``tokens`` in micro batches of ``size``."""
+def score_responses(
+    size: int, model: torch.nn.Module, tokens: TokenBatch, device: torch.device, entropy: bool
+) -> tuple[torch.Tensor, float, int]:
+    """:func:`score_rollouts` in micro batches of ``size``: (log-probs, entropy sum, token
+    count; the two 0 without ``entropy``)."""
+    log_probs = torch.zeros(tokens.input_ids.shape, dtype=torch.float32)
     total, count = 0.0, 0
     for micro in micro_batches(tokens, list(range(tokens.rows)), size):
-        _, entropy = policy_log_probs(model, micro, device)
-        s, c = masked_token_mean(entropy, micro.response_mask)
-        total, count = total + s, count + c
-    return total, count
+        lp, ent = policy_log_probs(model, micro, device, with_entropy=entropy)
+        log_probs[micro.rows, : lp.shape[1]] = lp.float().cpu()
+        if entropy:
+            s, c = masked_token_mean(ent, micro.response_mask)
+            total, count = total + s, count + c
+    return log_probs, total, count

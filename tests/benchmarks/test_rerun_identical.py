@@ -64,3 +64,18 @@ def test_a_renamed_setting_is_passed_under_its_new_name(tmp_path):
     current.write_text("model_path: m\neval_examples: 512\n")
     assert script.renamed_config(current, "eval", tmp_path) == current
     assert script.renamed_config(current, "grpo", tmp_path) == current
+
+
+def test_ignored_keys_are_left_out_of_the_comparison(tmp_path):
+    """--ignore leaves out a key a change adds (a new metric) as time/ keys are; another key
+    that differs is still reported."""
+    script = load_script("benchmarks/rerun_identical.py")
+    saved, rerun = tmp_path / "saved.jsonl", tmp_path / "rerun.jsonl"
+    saved.write_text(json.dumps({"step": 1, "loss": 0.5, "time/train": 1.0}) + "\n")
+    new = {"step": 1, "loss": 0.5, "time/train": 2.0, "rollout/logprob_diff_mean": 1e-7}
+    rerun.write_text(json.dumps(new) + "\n")
+    assert script.compare(saved, rerun, frozenset({"rollout/logprob_diff_mean"})) == []
+    assert script.compare(saved, rerun) != []
+    rerun.write_text(json.dumps({**new, "loss": 0.25}) + "\n")
+    problems = script.compare(saved, rerun, frozenset({"rollout/logprob_diff_mean"}))
+    assert problems == ["line 1: loss: 0.5 -> 0.25"]

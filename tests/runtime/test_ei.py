@@ -68,8 +68,9 @@ def test_ei_trains_on_the_correct_rollouts_for_every_sft_epoch(world, tmp_path, 
 
 def test_ei_rollout_entropy_comes_from_the_engine_or_else_a_forward(world, tmp_path, monkeypatch):
     """``rollout/entropy`` is the token-weighted mean of the engine's per-token entropies over
-    each response's tokens (no forward) when the engine returns them; an engine that returns
-    none (vLLM) gets the no-gradient forward over the re-tokenized rollouts instead."""
+    each response's tokens (the rollouts' no-gradient forward, run for the engine check's
+    log-probs, computes no entropy) when the engine returns them; for an engine that returns
+    none (vLLM) that forward over the re-tokenized rollouts gives the entropy too."""
     cfg = {**EI, **QUIET, "n_ei_steps": 1, "ei_batch_size": 4, "sampling_max_tokens": 8}
     batches: list[sampling.RolloutBatch] = []
 
@@ -79,16 +80,17 @@ def test_ei_rollout_entropy_comes_from_the_engine_or_else_a_forward(world, tmp_p
         return ro
 
     monkeypatch.setattr(ei, "sample_and_grade", keep)
-    forwards: list[float] = []
+    forwards: list[tuple[bool, float | None]] = []
 
     def forward(*args, **kwargs):
-        forwards.append(updates.response_entropy(*args, **kwargs))
-        return forwards[-1]
+        log_probs, entropy = updates.score_rollouts(*args, **kwargs)
+        forwards.append((args[4], entropy))  # (with_entropy, the entropy)
+        return log_probs, entropy
 
-    monkeypatch.setattr(ei, "response_entropy", forward)
+    monkeypatch.setattr(ei, "score_rollouts", forward)
     line = train_lines(run_trainer(ei, cfg, world, tmp_path / "engine"))[0]
     (ro,) = batches
-    assert forwards == []
+    assert forwards == [(False, None)]  # the log-probs only
     assert len(ro.completions) == len(ro.responses) == 16
     assert all(c.entropies is not None for c in ro.completions)
     tokenizer = AutoTokenizer.from_pretrained(world)
@@ -107,8 +109,8 @@ def test_ei_rollout_entropy_comes_from_the_engine_or_else_a_forward(world, tmp_p
 
     monkeypatch.setattr(ei, "sample_and_grade", without_entropies)
     line = train_lines(run_trainer(ei, cfg, world, tmp_path / "forward"))[0]
-    assert len(forwards) == 1  # the rollouts scored by the policy's forward
-    assert line["rollout/entropy"] == forwards[0] > 0
+    assert len(forwards) == 2 and forwards[1][0]  # the entropy from the policy's forward
+    assert line["rollout/entropy"] == forwards[1][1] > 0
 
 
 def test_ei_rollout_lines_carry_the_truncated_share(world, tmp_path, monkeypatch):
@@ -140,7 +142,7 @@ def test_every_ei_train_line_carries_the_same_time_keys(world, tmp_path, monkeyp
     rounds = [r for r in timed if "kept" in r]
     steps = [r for r in timed if "loss" in r]
     assert len(rounds) == 2 and steps and len(rounds) + len(steps) == len(timed)
-    rollout_keys = ("time/entropy", "time/grade", "time/rollout", "time/sync")
+    rollout_keys = ("time/grade", "time/rollout", "time/score", "time/sync")
     assert {tuple(sorted(k for k in r if k.startswith("time/"))) for r in timed} == {
         ("time/elapsed", *rollout_keys, "time/train")
     }

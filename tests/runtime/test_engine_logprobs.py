@@ -5,14 +5,22 @@ forward at every response token."""
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
 from tiny_model import PROMPTS, build_model, build_tokenizer, make_canonical_sampler
 
-from reasoning_core import get_response_log_probs, logprob_mismatch
+from reasoning_core import get_response_log_probs, logprob_mismatch, tis_weights
 from reasoning_core.runtime.batching import tokenize_pairs
-from reasoning_core.runtime.engine_logprobs import engine_log_probs, mismatch_metrics
+from reasoning_core.runtime.engine_logprobs import (
+    MISMATCH_KEYS,
+    MismatchSums,
+    MismatchWarner,
+    check_rollouts,
+    engine_log_probs,
+    mismatch_metrics,
+)
 from reasoning_core.runtime.engines import make_engine
 from reasoning_core.runtime.rollout import Completion, SamplingParams
 
@@ -82,3 +90,70 @@ def test_on_exactly_re_tokenized_samples_every_response_token_is_compared(kind):
         for p in policy.parameters():
             p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(0)) * 1e-2)
     assert diff_mean() > 1e-2  # measured 0.20-0.27
+
+
+def test_the_sums_over_pieces_are_the_whole_batchs_statistics():
+    """MismatchSums over micro batches (each cut to its own width) gives the statistics and
+    TIS metadata of the whole batch at once."""
+    gen = torch.Generator().manual_seed(0)
+    policy = torch.randn(6, 9, generator=gen)
+    values = policy + 0.3 * torch.randn(6, 9, generator=gen)
+    mask = torch.rand(6, 9, generator=gen) > 0.3
+    mask[2:5, 7:] = False  # rows 2-4 end by column 7 (their micro batch is that wide)
+    aligned = mask & (torch.rand(6, 9, generator=gen) > 0.2)
+    whole = MismatchSums()
+    weights = whole.add(policy, values, aligned, mask, tis_cap=1.5)
+    pieces = MismatchSums()
+    for rows, width in (([0, 1], 9), ([2, 3, 4], 7), ([5], 9)):
+        p, v = policy[rows, :width], values[rows, :width]
+        w = pieces.add(p, v, aligned[rows, :width], mask[rows, :width], tis_cap=1.5)
+        assert torch.equal(w, weights[rows, :width])
+    assert pieces.metrics() == pytest.approx(whole.metrics(), rel=1e-6)
+    expected_weights, meta = tis_weights(policy, values, aligned, cap=1.5)
+    assert torch.equal(weights, expected_weights)
+    metrics = whole.metrics()
+    assert metrics["rollout/tis_weight_mean"] == pytest.approx(float(meta["tis_weight_mean"]))
+    assert metrics["rollout/tis_clipped"] == pytest.approx(float(meta["tis_clipped"]))
+    stats = logprob_mismatch(policy, values, aligned)
+    assert metrics["rollout/logprob_diff_mean"] == pytest.approx(float(stats["logprob_diff_mean"]))
+    assert metrics["rollout/logprob_diff_max"] == float(stats["logprob_diff_max"])
+    assert metrics["rollout/logprob_aligned"] == int(aligned.sum()) / int(mask.sum())
+    assert set(MismatchSums().metrics()) == set(MISMATCH_KEYS)  # no TIS keys without TIS
+
+
+def test_a_completion_without_engine_log_probs_is_not_compared():
+    """A completion the engine did not sample (NaN log-probs, as the tests' scripted answers
+    carry) has no aligned position, so no NaN reaches a statistic or a weight."""
+    labels = torch.tensor([[7, 5, 6], [7, 5, 6]])
+    mask = torch.tensor([[0, 1, 1], [0, 1, 1]], dtype=torch.bool)
+    rows = [completion([5, 6], [math.nan, math.nan]), completion([5, 6], [-1.0, math.nan])]
+    values, aligned = engine_log_probs(labels, mask, rows)
+    assert aligned.tolist() == [[False] * 3, [False, True, False]]
+    assert torch.isfinite(values).all()
+
+
+def test_check_rollouts_measures_now_with_old_log_probs_else_hands_a_live_check():
+    labels = torch.tensor([[7, 5, 6]])
+    mask = torch.tensor([[0, 1, 1]], dtype=torch.bool)
+    engine = engine_log_probs(labels, mask, [completion([5, 6], [-1.0, -2.0])])
+    old = torch.tensor([[0.0, -1.0, -1.0]])
+    metrics, weights, live = check_rollouts(engine, mask, old, 1.5)
+    assert live is None and weights.tolist() == [[1.0, 1.0, 1.5]]
+    assert metrics["rollout/logprob_diff_mean"] == 0.5 and metrics["rollout/tis_clipped"] == 0.5
+    metrics, weights, live = check_rollouts(engine, mask, None, None)
+    assert metrics == {} and weights is None and live.tis_cap is None
+    assert torch.equal(live.values, engine[0]) and torch.equal(live.aligned, engine[1])
+
+
+def test_the_warning_is_printed_once_and_only_above_the_threshold(capsys):
+    warn = MismatchWarner(0.03, "grpo")
+    warn({})  # a line measured later (the first update's) has no key yet
+    warn({"rollout/logprob_diff_mean": 0.03})
+    assert capsys.readouterr().err == ""
+    warn({"rollout/logprob_diff_mean": 0.05})
+    warn({"rollout/logprob_diff_mean": 0.5})
+    err = capsys.readouterr().err
+    assert err.count("[grpo] warning:") == 1 and "0.05" in err and "stale weights" in err
+    silent = MismatchWarner(None, "ei")
+    silent({"rollout/logprob_diff_mean": 10.0})
+    assert capsys.readouterr().err == ""

@@ -262,7 +262,10 @@ FAMILY_METHOD = {"sft": "sft", "ei": "ei", "dpo": "dpo"}  # every other table: a
 WORKFLOW_COLUMNS = {"dpo": {"init"}}
 
 
-@pytest.mark.parametrize("config", ["config", "smoke", "gpu_math", "gpu_gsm8k", "gpu_countdown"])
+@pytest.mark.parametrize(
+    "config",
+    ["config", "smoke", "gpu_math", "gpu_gsm8k", "gpu_countdown", "mismatch", "mismatch_vllm"],
+)
 def test_workflow_settings_name_real_trainer_settings(config):
     """Method files, per-config settings, sweep columns and the leaderboard recipe use only
     settings the commands know, so no planned job can fail on a misspelt name."""

@@ -14,6 +14,10 @@ FAMILY_INFO = {
     "grpo_clip": ("grpo", "GRPO-Clip against GRPO-No-Clip (off-policy)"),
     "grpo_prompt": ("grpo", "r1_zero against question_only prompt and reward"),
     "dpo": ("dpo", "DPO on verified pairs from the SFT checkpoint and the base: beta, NLL, rounds"),
+    "grpo_mismatch": (
+        "grpo",
+        "a rollout engine off the policy (lagging, bfloat16), with and without TIS",
+    ),
 }
 FAMILIES = [name for name in FAMILY_INFO if name in config["families"]]
 # Families whose accuracy is also drawn against wall-clock time.
@@ -162,6 +166,14 @@ TRAINING_PANELS = {
         "train/clip_fraction",
         *EVAL_PANELS,
     ],
+    # A family's own panels, where its runs differ in more than the method's figure shows.
+    "grpo_mismatch": [
+        "train/reward",
+        "train/rollout/logprob_diff_mean",
+        "train/rollout/tis_weight_mean",
+        "train/rollout/tis_clipped",
+        *EVAL_PANELS,
+    ],
 }
 # The GPU studies also draw the share of responses cut off at the token limit (eval lines'
 # `truncated`, rollout lines' `rollout/truncated`), where long reasoning meets the 1,024-token
@@ -170,6 +182,8 @@ if GPUS:
     TRAINING_PANELS["sft"].append("eval/truncated")
     TRAINING_PANELS["ei"] += ["train/rollout/truncated", "eval/truncated"]
     TRAINING_PANELS["grpo"] += ["train/rollout/truncated", "eval/truncated"]
+    # and how far the rollout engine's log-probs are from the policy's (docs/rollout_mismatch.md)
+    TRAINING_PANELS["grpo"].append("train/rollout/logprob_diff_mean")
     TRAINING_PANELS["dpo"] += ["train/rollout/truncated", "eval/truncated"]
 
 
@@ -191,7 +205,9 @@ def family_title(wildcards):
 
 
 def family_panels(wildcards):
-    return " ".join(TRAINING_PANELS[FAMILY_INFO[wildcards.family][0]])
+    """The family's own panels, else its method's."""
+    family = wildcards.family
+    return " ".join(TRAINING_PANELS.get(family) or TRAINING_PANELS[FAMILY_INFO[family][0]])
 
 
 def leaderboard_sft_seed(wildcards):
