@@ -15,6 +15,7 @@ model_path, judge_path, ...) are filled with placeholders, which planning never 
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -54,7 +55,9 @@ def plan(configfiles: list[Path], extra: list[str]) -> str:
 
 
 def main() -> None:
-    out = Path(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path, help="folder for the <config>.txt plans")
+    out = parser.parse_args().out
     out.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="workflow_plan_"))
     runs = []
