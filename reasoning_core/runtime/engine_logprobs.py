@@ -8,8 +8,7 @@ past a stop string left out. So the engine's ``Completion.logprobs`` line up wit
 log-probs only on the leading response positions whose labels equal the sampled ids, one for
 one: after the first difference the contexts differ too. :func:`engine_log_probs` returns the
 engine's log-probs there and the mask of those positions, for
-:func:`reasoning_core.logprob_mismatch` and :func:`reasoning_core.tis_weights`;
-:func:`mismatch_metrics` is the first of these as train-line metrics.
+:func:`reasoning_core.logprob_mismatch` and :func:`reasoning_core.tis_weights`.
 
 The trainers measure the difference on every rollout batch against a policy pass that already
 runs where there is one (:class:`MismatchSums` adds it up over micro batches): GRPO's old
@@ -84,29 +83,6 @@ def engine_log_probs(
         values[row, positions[:k]] = torch.where(finite, given, torch.zeros_like(given))
         aligned[row, positions[:k]] = finite
     return values, aligned
-
-
-def mismatch_metrics(
-    policy_log_probs: torch.Tensor,
-    values: torch.Tensor,
-    aligned: torch.Tensor,
-    response_mask: torch.Tensor,
-) -> dict[str, float]:
-    """The train line's ``rollout/`` keys: :func:`reasoning_core.logprob_mismatch` of the
-    policy's log-probs against the engine's ``values`` over the ``aligned`` positions, and
-    ``rollout/logprob_aligned``, the share of the response tokens (``response_mask``) those
-    are (1.0 when every response re-tokenizes to its sampled ids; 0.0 with no response token).
-
-    ``policy_log_probs`` may be narrower than the batch (a micro batch trimmed to its longest
-    row): the other tensors are cut to its width."""
-    width = policy_log_probs.shape[-1]
-    aligned = aligned[..., :width].to(policy_log_probs.device)
-    values = values[..., :width].to(policy_log_probs.device)
-    stats = logprob_mismatch(policy_log_probs.float(), values, aligned)
-    metrics = {f"rollout/{k}": float(v) for k, v in stats.items()}
-    responses = int(response_mask[..., :width].sum())
-    metrics["rollout/logprob_aligned"] = int(aligned.sum()) / responses if responses else 0.0
-    return metrics
 
 
 @dataclass

@@ -238,18 +238,10 @@ def compute_old_log_probs(
     """Log-probs (rollouts, seq) float32 on the CPU of every response token under the current
     (sampling) policy, no gradient: the ``old_log_probs`` of the ratio losses (with
     ``share_prompts``, 0 at the prompt positions, as the training pass then gives them)."""
-    return micro_batch_size.call(score_log_probs, model, tokens, device, share_prompts)
-
-
-def score_log_probs(
-    size: int, model: torch.nn.Module, tokens: TokenBatch, device: torch.device, share: bool
-) -> torch.Tensor:
-    """:func:`compute_old_log_probs` in micro batches of ``size``."""
-    old = torch.zeros(tokens.input_ids.shape, dtype=torch.float32)
-    for micro in micro_batches(tokens, list(range(tokens.rows)), size):
-        lp, _ = policy_log_probs(model, micro, device, with_entropy=False, share_prompts=share)
-        old[micro.rows, : lp.shape[1]] = lp.float().cpu()
-    return old
+    log_probs, _, _ = micro_batch_size.call(
+        score_responses, model, tokens, device, share_prompts, False
+    )
+    return log_probs
 
 
 @torch.no_grad()
@@ -268,7 +260,7 @@ def score_rollouts(
     model.eval()
     try:
         log_probs, total, count = micro_batch_size.call(
-            score_responses, model, tokens, device, with_entropy
+            score_responses, model, tokens, device, False, with_entropy
         )
     finally:
         model.train(was_training)
@@ -276,14 +268,21 @@ def score_rollouts(
 
 
 def score_responses(
-    size: int, model: torch.nn.Module, tokens: TokenBatch, device: torch.device, entropy: bool
+    size: int,
+    model: torch.nn.Module,
+    tokens: TokenBatch,
+    device: torch.device,
+    share: bool,
+    entropy: bool,
 ) -> tuple[torch.Tensor, float, int]:
-    """:func:`score_rollouts` in micro batches of ``size``: (log-probs, entropy sum, token
-    count; the two 0 without ``entropy``)."""
+    """The no-gradient passes (:func:`compute_old_log_probs`, :func:`score_rollouts`) in micro
+    batches of ``size``: (log-probs (rows, seq) float32 on the CPU, entropy sum, token count;
+    the two 0 without ``entropy``). ``share``: each micro batch's distinct prompts computed
+    once."""
     log_probs = torch.zeros(tokens.input_ids.shape, dtype=torch.float32)
     total, count = 0.0, 0
     for micro in micro_batches(tokens, list(range(tokens.rows)), size):
-        lp, ent = policy_log_probs(model, micro, device, with_entropy=entropy)
+        lp, ent = policy_log_probs(model, micro, device, with_entropy=entropy, share_prompts=share)
         log_probs[micro.rows, : lp.shape[1]] = lp.float().cpu()
         if entropy:
             s, c = masked_token_mean(ent, micro.response_mask)

@@ -15,11 +15,11 @@ from reasoning_core import get_response_log_probs, logprob_mismatch, tis_weights
 from reasoning_core.runtime.batching import tokenize_pairs
 from reasoning_core.runtime.engine_logprobs import (
     MISMATCH_KEYS,
+    EngineCheck,
     MismatchSums,
     MismatchWarner,
     check_rollouts,
     engine_log_probs,
-    mismatch_metrics,
 )
 from reasoning_core.runtime.engines import make_engine
 from reasoning_core.runtime.rollout import Completion, SamplingParams
@@ -49,15 +49,18 @@ def test_log_probs_are_placed_on_the_leading_positions_that_match():
     policy = values.clone()
     policy[0, 1] = -1.5  # one compared token off by 0.5; the unaligned positions are ignored
     policy[2] = -7.0
-    assert mismatch_metrics(policy, values, aligned, mask) == {
+    whole = MismatchSums()
+    whole.add(policy, values, aligned, mask)
+    assert whole.metrics() == {
         "rollout/logprob_diff_mean": 0.125,
         "rollout/logprob_diff_max": 0.5,
         "rollout/ratio_outside": 0.0,
         "rollout/logprob_aligned": 4 / 8,
     }
-    trimmed = mismatch_metrics(policy[:, :3], values, aligned, mask)  # a micro batch's width
-    assert trimmed["rollout/logprob_diff_mean"] == pytest.approx(0.5 / 3)
-    assert trimmed["rollout/logprob_aligned"] == pytest.approx(3 / 6)
+    trimmed = MismatchSums()  # a micro batch of every row, as wide as its longest row (3)
+    EngineCheck(values, aligned).measure(trimmed, torch.arange(3), policy[:, :3], mask[:, :3])
+    assert trimmed.metrics()["rollout/logprob_diff_mean"] == pytest.approx(0.5 / 3)
+    assert trimmed.metrics()["rollout/logprob_aligned"] == pytest.approx(3 / 6)
 
 
 def test_missing_log_probs_and_a_row_count_mismatch_are_named():
