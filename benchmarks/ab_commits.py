@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from reasoning_core.runtime.metrics import read_metrics, without_time
+from reasoning_core.runtime.run.metrics import read_metrics, without_time
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -26,7 +26,7 @@ import torch  # noqa: E402
 
 import envs  # noqa: E402
 from reasoning_core.runtime.engines import make_engine  # noqa: E402
-from reasoning_core.runtime.rollout import SamplingParams  # noqa: E402
+from reasoning_core.runtime.engines.rollout import SamplingParams  # noqa: E402
 
 ENGINES = {
     "hf64": ("hf", {"max_batch_size": 64}),

@@ -37,7 +37,7 @@ from reasoning_core import (  # noqa: E402
     tis_weights,
 )
 from reasoning_core.runtime.engines import make_engine  # noqa: E402
-from reasoning_core.runtime.rollout import SamplingParams  # noqa: E402
+from reasoning_core.runtime.engines.rollout import SamplingParams  # noqa: E402
 
 PROMPTS = [
     "User: what is 12 * 4? Assistant: <think>",

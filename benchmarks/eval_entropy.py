@@ -37,8 +37,8 @@ import torch  # noqa: E402
 
 import envs  # noqa: E402
 from reasoning_core.runtime.engines import make_engine  # noqa: E402
-from reasoning_core.runtime.eval_loop import evaluate_policy  # noqa: E402
-from reasoning_core.runtime.rollout import SamplingParams  # noqa: E402
+from reasoning_core.runtime.engines.rollout import SamplingParams  # noqa: E402
+from reasoning_core.runtime.evaluation.loop import evaluate_policy  # noqa: E402
 
 TIMES = ("time/generate", "time/entropy", "time/total")
 

@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reasoning_core.runtime import gpu_check as gc  # noqa: E402
-from reasoning_core.runtime.policy import choose_attn_implementation  # noqa: E402
+from reasoning_core.runtime.training.policy import choose_attn_implementation  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

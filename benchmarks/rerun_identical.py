@@ -35,10 +35,10 @@ import yaml
 METHODS = ("sft", "ei", "grpo")
 # The settings class of each command, for its renamed settings (attribute RENAMED).
 SETTINGS = {
-    "sft": "reasoning_core.runtime.sft:SFTConfig",
-    "ei": "reasoning_core.runtime.ei:EIConfig",
-    "grpo": "reasoning_core.runtime.grpo:GRPOConfig",
-    "eval": "reasoning_core.runtime.evaluate:EvalConfig",
+    "sft": "reasoning_core.runtime.trainers.sft:SFTConfig",
+    "ei": "reasoning_core.runtime.trainers.ei:EIConfig",
+    "grpo": "reasoning_core.runtime.trainers.grpo:GRPOConfig",
+    "eval": "reasoning_core.runtime.evaluation.evaluate:EvalConfig",
 }
 
 

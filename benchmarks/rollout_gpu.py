@@ -59,7 +59,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reasoning_core.runtime.engines import make_engine  # noqa: E402
-from reasoning_core.runtime.rollout import SamplingParams  # noqa: E402
+from reasoning_core.runtime.engines.rollout import SamplingParams  # noqa: E402
 
 CONFIG_PATH = ROOT / "workflow/config/models/qwen2.5-math-1.5b.json"
 TARGET_TOKENS_PER_S = 15_000  # at 256 rows on an H200: 256 rollouts of 1,024 tokens in ~17 s

@@ -35,7 +35,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # 
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
 from reasoning_core.runtime.engines import make_engine  # noqa: E402
-from reasoning_core.runtime.rollout import SamplingParams  # noqa: E402
+from reasoning_core.runtime.engines.rollout import SamplingParams  # noqa: E402
 
 
 def prompts(count: int) -> list[str]:

@@ -27,8 +27,8 @@ import torch  # noqa: E402
 
 import envs  # noqa: E402
 from reasoning_core.runtime.engines import make_engine  # noqa: E402
+from reasoning_core.runtime.engines.rollout import SamplingParams  # noqa: E402
 from reasoning_core.runtime.engines.static import kernels  # noqa: E402
-from reasoning_core.runtime.rollout import SamplingParams  # noqa: E402
 
 
 def exponential_race(weights: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:

@@ -47,7 +47,7 @@ import sys
 import time
 from pathlib import Path
 
-from reasoning_core.runtime.metrics import read_metrics, without_time
+from reasoning_core.runtime.run.metrics import read_metrics, without_time
 
 ROOT = Path(__file__).resolve().parents[1]
 GRPO_CONFIG = ROOT / "results" / "grpo" / "default" / "seed~0" / "config.yaml"
@@ -215,14 +215,10 @@ def part_order(args) -> None:
 def part_pretrain(args) -> None:
     import torch
 
-    from reasoning_core.runtime.config import build_config, load_yaml
+    from reasoning_core.runtime.settings.config import build_config, load_yaml
     from reasoning_core.runtime.tinyworld.corpus import documents
     from reasoning_core.runtime.tinyworld.model import build_model, build_tokenizer
-    from reasoning_core.runtime.tinyworld.pretrain import (
-        collate,
-        encode_documents,
-        length_bucketed,
-    )
+    from reasoning_core.runtime.tinyworld.pretrain import collate, encode_documents, length_bucketed
     from reasoning_core.runtime.tinyworld.world import TinyWorldConfig
 
     torch.set_num_threads(1)

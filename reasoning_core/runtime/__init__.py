@@ -1,18 +1,24 @@
 """The imperative shell: models, rollout engines, trainers, checkpoints and metrics.
 
-It imports the pure core (:mod:`reasoning_core`); the core never imports it. One module per
-concern, read in this order to follow a training step (ARCHITECTURE.md, "How one GRPO step
-flows", names the functions):
+It imports the pure core (:mod:`reasoning_core`); the core never imports it. Its parts, from
+the bottom layer up (each may import the ones before it, never one after; each subpackage's
+``__init__`` says what it holds; tests/runtime/test_layers.py checks every import):
 
-- :mod:`.sft`, :mod:`.ei`, :mod:`.grpo`: the trainers, each one loop over the steps below;
-- :mod:`.sampling`: ``sample_and_grade`` (rollouts through an engine of :mod:`.engines`,
-  behind the interface in :mod:`.rollout`);
-- :mod:`.updates`: the ``sft_update`` / ``grpo_update`` optimizer steps over the micro
-  batches of :mod:`.batching`;
-- :mod:`.run`: the run folder, evaluation, resume and the ``rrl`` entry of a trainer;
-- :mod:`.settings`, :mod:`.policy`, :mod:`.rng`: what a run is configured with, the model and
-  optimizer, the named random streams;
-- beside them: :mod:`.config`, :mod:`.checkpoint`, :mod:`.metrics` and :mod:`.trackers`,
-  :mod:`.evaluate` (``rrl eval``), :mod:`.generations`, :mod:`.tinyworld`, :mod:`.report`,
-  :mod:`.gpu_check`, :mod:`.cli`.
+- :mod:`.errors`: the errors written for the user (``ConfigError``, ``StateError``);
+  :mod:`.commands`: the command registry (names only).
+- :mod:`.settings`: reading, checking and documenting settings; provenance.
+- :mod:`.engines`: the rollout interface (:mod:`.engines.rollout`) and the engines behind it
+  (Hugging Face, static KV cache, vLLM).
+- :mod:`.run`: the run folder, resume, checkpoints, metrics, trackers, random streams.
+- :mod:`.training`: the steps a trainer is made of (policy, rollouts, batching, updates, the
+  engine check).
+- :mod:`.evaluation`: evaluating a model; ``rrl eval``, ``eval-suite``, the supplement's.
+- :mod:`.trainers`: SFT, expert iteration, GRPO, DPO, instruction SFT, and their life cycle.
+- Beside them: :mod:`.report` (tables and figures from metrics.jsonl), :mod:`.tinyworld`
+  (the tiny base model), :mod:`.gpu_check` (the prepared GPU check).
+- :mod:`.cli`: the ``rrl`` entry point.
+
+To follow a GRPO step: :mod:`.trainers.grpo` (the loop) -> :mod:`.training.rollouts`
+(``sample_and_grade``) -> :mod:`.training.updates` (``grpo_update``) -> the core's
+``grpo_microbatch_train_step`` (ARCHITECTURE.md, "How one GRPO step flows").
 """

@@ -10,7 +10,7 @@ import pytest
 from micro_world import QUIET, SFT, build_world, run_trainer
 from project_root import ROOT, load_script
 
-from reasoning_core.runtime import sft
+from reasoning_core.runtime.trainers import sft
 
 
 @pytest.mark.slow

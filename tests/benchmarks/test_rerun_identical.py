@@ -9,7 +9,7 @@ import pytest
 from micro_world import QUIET, SFT, build_world, run_trainer
 from project_root import load_script
 
-from reasoning_core.runtime import sft
+from reasoning_core.runtime.trainers import sft
 
 
 def rewrite_line(path, index: int, **changes) -> None:

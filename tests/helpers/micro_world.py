@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from reasoning_core.runtime.metrics import read_metrics, without_time
-from reasoning_core.runtime.policy import lr_factor
+from reasoning_core.runtime.run.metrics import read_metrics, without_time
 from reasoning_core.runtime.tinyworld import main as tiny_world_main
+from reasoning_core.runtime.training.policy import lr_factor
 
 WORLD = ["steps=6", "batch_size=8", "tokenizer_docs=2000", "log_every=2"]
 

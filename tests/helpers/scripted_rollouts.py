@@ -66,7 +66,7 @@ class OneCorrectPerGroup:
         self.inner.sync_weights(model)
 
     def generate(self, prompts: list[str], params) -> list[list[Any]]:
-        from reasoning_core.runtime.rollout import Completion
+        from reasoning_core.runtime.engines.rollout import Completion
 
         outs = self.inner.generate(prompts, params)
         if params.n == 1:  # evaluation: the real samples
@@ -99,7 +99,7 @@ def _make(real):
 
 def install(monkeypatch) -> None:
     """Make the trainers started in this test build a :class:`OneCorrectPerGroup` engine."""
-    from reasoning_core.runtime import run
+    from reasoning_core.runtime.trainers import lifecycle as run
 
     monkeypatch.setattr(run, "make_rollout_engine", _make(run.make_rollout_engine))
 
@@ -107,7 +107,8 @@ def install(monkeypatch) -> None:
 def main(argv: list[str]) -> int:
     """``rrl`` with scripted rollouts (for subprocesses)."""
     sys.path.insert(0, str(ROOT))
-    from reasoning_core.runtime import cli, run
+    from reasoning_core.runtime import cli
+    from reasoning_core.runtime.trainers import lifecycle as run
 
     run.make_rollout_engine = _make(run.make_rollout_engine)
     return cli.main(argv)

@@ -23,11 +23,11 @@ DEFAULT_CONFIG = str(ROOT / "workflow/config/config.yaml")
 # The trainer command of each workflow settings section: (module, config dataclass).
 SECTIONS = {
     "tiny-world": ("reasoning_core.runtime.tinyworld", "TinyWorldConfig"),
-    "eval": ("reasoning_core.runtime.evaluate", "EvalConfig"),
-    "sft": ("reasoning_core.runtime.sft", "SFTConfig"),
-    "ei": ("reasoning_core.runtime.ei", "EIConfig"),
-    "grpo": ("reasoning_core.runtime.grpo", "GRPOConfig"),
-    "dpo": ("reasoning_core.runtime.dpo", "DPOConfig"),
+    "eval": ("reasoning_core.runtime.evaluation.evaluate", "EvalConfig"),
+    "sft": ("reasoning_core.runtime.trainers.sft", "SFTConfig"),
+    "ei": ("reasoning_core.runtime.trainers.ei", "EIConfig"),
+    "grpo": ("reasoning_core.runtime.trainers.grpo", "GRPOConfig"),
+    "dpo": ("reasoning_core.runtime.trainers.dpo", "DPOConfig"),
 }
 
 

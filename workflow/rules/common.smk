@@ -92,8 +92,8 @@ def _shipped_base_files():
     against it now, before any job runs, and its weights become the runs' input (a changed base
     reruns them); nothing for a folder without SHA256SUMS or not on this machine (the GPU
     studies plan without their weights)."""
-    from reasoning_core.runtime.checkpoint import CHECKSUMS, verify_checksums
-    from reasoning_core.runtime.config import ConfigError
+    from reasoning_core.runtime.run.checkpoint import CHECKSUMS, verify_checksums
+    from reasoning_core.runtime.settings.config import ConfigError
 
     if BUILD_BASE or not (Path(config["model_path"]) / CHECKSUMS).is_file():
         return []

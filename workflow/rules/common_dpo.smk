@@ -24,13 +24,13 @@ def dpo_variant_args(wildcards):
 # ---- DPO's first-round pairs (rule dpo_pairs) ------------------------------------------------
 # Round 1's verified pairs of a DPO run are sampled by their own job from the model the run
 # starts from, into {R}/dpo_pairs/{pairs variant}/seed~N: the run's variant without the
-# settings that only change how it trains (reasoning_core.runtime.dpo_pairs.TRAINING_SETTINGS),
+# settings that only change how it trains (reasoning_core.runtime.trainers.dpo_pairs.TRAINING_SETTINGS),
 # so runs that differ in beta, the NLL weight or the rounds train on the same first pairs.
 # Later rounds sample from the policy the round before trained, inside the run.
 
 
 def _dpo_training_settings():
-    from reasoning_core.runtime.dpo_pairs import TRAINING_SETTINGS
+    from reasoning_core.runtime.trainers.dpo_pairs import TRAINING_SETTINGS
 
     return TRAINING_SETTINGS
 

@@ -1,4 +1,4 @@
-"""The rollout engines behind :class:`~reasoning_core.runtime.rollout.RolloutEngine`, and the
+"""The rollout engines behind :class:`~reasoning_core.runtime.engines.rollout.RolloutEngine`, and the
 one factory that builds them.
 
 - :mod:`~reasoning_core.runtime.engines.hf`: :class:`HFEngine`, our own batched sampling loop
@@ -22,9 +22,9 @@ from typing import Any
 import torch
 
 from reasoning_core.runtime.engines.hf import HFEngine
-from reasoning_core.runtime.engines.static import StaticEngine
+from reasoning_core.runtime.engines.rollout import RolloutEngine
+from reasoning_core.runtime.engines.static.engine import StaticEngine
 from reasoning_core.runtime.engines.vllm import VLLMEngine
-from reasoning_core.runtime.rollout import RolloutEngine
 
 ENGINES = ("hf", "static", "vllm")
 ENGINE_SETTINGS = ("auto", *ENGINES)  # the values of setting `engine`

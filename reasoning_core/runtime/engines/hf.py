@@ -2,7 +2,7 @@
 
 For machines without vLLM. The loop is ours rather than ``model.generate`` so that the
 returned log-probs, stop strings and ``min_tokens`` follow exactly the semantics documented in
-:mod:`reasoning_core.runtime.rollout` (the same as the vLLM engine):
+:mod:`reasoning_core.runtime.engines.rollout` (the same as the vLLM engine):
 
 - prompts are left-padded and run as one batch (in chunks of at most ``max_batch_size`` rows of
   prompt x sample); each prompt is prefilled once and its cache repeated for its ``n`` samples;
@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from reasoning_core.runtime.rollout import Completion, SamplingParams
+from reasoning_core.runtime.engines.rollout import Completion, SamplingParams
 
 
 def model_and_tokenizer(

@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 
-from reasoning_core.runtime.rollout import Completion, SamplingParams
+from reasoning_core.runtime.engines.rollout import Completion, SamplingParams
 
 DEFAULT_CPU_KV_CACHE_BYTES = 1 << 30
 # The oldest vLLM whose API this engine uses: the worker's
@@ -55,13 +55,13 @@ MIN_VLLM_VERSION = (0, 16)
 
 
 def check_vllm_version(version: str) -> None:
-    """Raise :class:`~reasoning_core.runtime.config.ConfigError` (``rrl`` prints it and exits
+    """Raise :class:`~reasoning_core.runtime.settings.config.ConfigError` (``rrl`` prints it and exits
     2) naming the installed and the required version when ``version`` (``vllm.__version__``,
     e.g. ``"0.15.1"`` or ``"0.32.0+cpu"``) is older than :data:`MIN_VLLM_VERSION`. Pre-releases
     of the minimum (``0.16.0rc1``) pass."""
     from packaging.version import InvalidVersion, Version
 
-    from reasoning_core.runtime.config import ConfigError
+    from reasoning_core.runtime.errors import ConfigError
 
     required = ".".join(map(str, MIN_VLLM_VERSION))
     try:
@@ -167,7 +167,7 @@ def _skip_logprob_decoding(llm: Any) -> bool:
 
 
 class VLLMEngine:
-    """An in-process ``vllm.LLM`` behind the :class:`~reasoning_core.runtime.rollout.RolloutEngine`
+    """An in-process ``vllm.LLM`` behind the :class:`~reasoning_core.runtime.engines.rollout.RolloutEngine`
     protocol.
 
     Args:

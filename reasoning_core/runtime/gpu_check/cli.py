@@ -28,7 +28,7 @@ from reasoning_core.runtime.gpu_check.probes import (
     probe_sdpa,
 )
 from reasoning_core.runtime.gpu_check.train_step import measure_oom_backoff, measure_train_step
-from reasoning_core.runtime.policy import choose_attn_implementation
+from reasoning_core.runtime.training.policy import choose_attn_implementation
 
 NOT_CHECKED = (
     "vLLM placement (second GPU or colocated) and weight sync into vLLM "

@@ -83,7 +83,7 @@ def build_model(tiny: bool, device: torch.device, dtype: torch.dtype, attn: str)
 
 
 def set_gradient_checkpointing(model: torch.nn.Module, on: bool) -> None:
-    """As the trainers do (:func:`reasoning_core.runtime.policy.load_policy`): non-reentrant
+    """As the trainers do (:func:`reasoning_core.runtime.training.policy.load_policy`): non-reentrant
     checkpointing when asked, and never a KV cache in a training forward."""
     if on:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -1,7 +1,7 @@
 """Timed optimizer steps through the trainers' own updates, and their out-of-memory back-off.
 
-:func:`measure_train_step` times :func:`~reasoning_core.runtime.updates.sft_update` and
-:func:`~reasoning_core.runtime.updates.grpo_update`, the functions the SFT, EI and GRPO
+:func:`measure_train_step` times :func:`~reasoning_core.runtime.training.updates.sft_update` and
+:func:`~reasoning_core.runtime.training.updates.grpo_update`, the functions the SFT, EI and GRPO
 trainers step with (forward with entropy, loss, backward, clipping, AdamW, schedule), on a
 synthetic batch of one micro batch. :func:`measure_oom_backoff` runs one ``sft_update`` that
 must survive a real (or, with ``--tiny``, simulated) CUDA out-of-memory error.
@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 
-from reasoning_core.runtime.batching import MicroBatchSize, TokenBatch
 from reasoning_core.runtime.gpu_check.device import (
     OOM_ERRORS,
     free_memory,
@@ -26,8 +25,9 @@ from reasoning_core.runtime.gpu_check.device import (
     sync,
 )
 from reasoning_core.runtime.gpu_check.flops import train_flops_per_token
-from reasoning_core.runtime.policy import set_compiled_forward
-from reasoning_core.runtime.updates import (
+from reasoning_core.runtime.training.batching import MicroBatchSize, TokenBatch
+from reasoning_core.runtime.training.policy import set_compiled_forward
+from reasoning_core.runtime.training.updates import (
     PolicyGradientLoss,
     ScoredRollouts,
     compute_old_log_probs,
@@ -37,7 +37,7 @@ from reasoning_core.runtime.updates import (
 
 
 def synthetic_batch(config: Any, rows: int, prompt_len: int, response_len: int) -> TokenBatch:
-    """A tokenized batch as :func:`~reasoning_core.runtime.batching.tokenize_pairs` returns
+    """A tokenized batch as :func:`~reasoning_core.runtime.training.batching.tokenize_pairs` returns
     it (on the CPU): random ids, ``prompt_len + response_len`` tokens per row, the response
     mask from the last prompt position on, every row full length."""
     g = torch.Generator(device="cpu").manual_seed(0)

@@ -15,15 +15,15 @@ from typing import Any
 
 import yaml
 
-from reasoning_core.runtime import metrics as run_metrics
-from reasoning_core.runtime.config import yaml_problem
+from reasoning_core.runtime.run import metrics as run_metrics
+from reasoning_core.runtime.settings.config import yaml_problem
 
 
 def read_metrics(run: str | Path, *, warn: bool = True) -> list[dict[str, Any]]:
     """The records of ``run/metrics.jsonl`` ([] when it is absent). A killed run's partial last
     line is left out silently; any other damaged line is skipped, with a warning on stderr
     naming the file and line unless ``warn`` is off (see
-    :func:`reasoning_core.runtime.metrics.read_metrics`). A run across seeds keeps its records
+    :func:`reasoning_core.runtime.run.metrics.read_metrics`). A run across seeds keeps its records
     in its seed folders: :func:`read_seeds`."""
     path = Path(run) / "metrics.jsonl"
     if not path.is_file():

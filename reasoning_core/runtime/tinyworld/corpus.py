@@ -7,11 +7,7 @@ from collections.abc import Iterator
 
 from envs.arithmetic import TASK, chain_text, wrong_values
 from envs.base import load_prompt, render
-from reasoning_core.runtime.tinyworld.world import (
-    OTHER_LAYOUTS,
-    R1_STYLES,
-    TinyWorldConfig,
-)
+from reasoning_core.runtime.tinyworld.world import OTHER_LAYOUTS, R1_STYLES, TinyWorldConfig
 
 
 def _pick(table: dict[str, float], rng: random.Random) -> str:

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from reasoning_core.runtime.checkpoint import write_checksums
-from reasoning_core.runtime.config import resolve_command, save_config
+from reasoning_core.runtime.run.checkpoint import write_checksums
+from reasoning_core.runtime.settings.config import resolve_command, save_config
 from reasoning_core.runtime.tinyworld.corpus import documents
 from reasoning_core.runtime.tinyworld.model import build_model, build_tokenizer
 from reasoning_core.runtime.tinyworld.world import TinyWorldConfig

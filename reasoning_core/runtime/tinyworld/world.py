@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from reasoning_core.runtime.config import ConfigError
+from reasoning_core.runtime.errors import ConfigError
 
 EOS = "<|endoftext|>"
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")

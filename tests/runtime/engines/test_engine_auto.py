@@ -15,10 +15,19 @@ import yaml
 from project_root import ROOT
 from tiny_model import save_tiny_model
 
-from reasoning_core.runtime import engines, evaluate, run, sft
-from reasoning_core.runtime.config import ConfigError
-from reasoning_core.runtime.engines import HFEngine, StaticEngine, resolve_engine
-from reasoning_core.runtime.settings import CommonConfig, check_engine_settings, engine_options
+from reasoning_core.runtime import engines
+from reasoning_core.runtime.engines import resolve_engine
+from reasoning_core.runtime.engines.hf import HFEngine
+from reasoning_core.runtime.engines.static.engine import StaticEngine
+from reasoning_core.runtime.errors import ConfigError
+from reasoning_core.runtime.evaluation import evaluate
+from reasoning_core.runtime.trainers import lifecycle as run
+from reasoning_core.runtime.trainers import sft
+from reasoning_core.runtime.training.settings import (
+    CommonConfig,
+    check_engine_settings,
+    engine_options,
+)
 
 
 def _no_import():

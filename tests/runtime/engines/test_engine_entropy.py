@@ -23,7 +23,7 @@ from tiny_model import (
 
 from reasoning_core import get_response_log_probs
 from reasoning_core.runtime.engines import make_engine
-from reasoning_core.runtime.rollout import SamplingParams
+from reasoning_core.runtime.engines.rollout import SamplingParams
 
 ALL_PROMPTS = PROMPTS + [LONG_PROMPT]
 

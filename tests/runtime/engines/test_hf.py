@@ -15,7 +15,7 @@ from tiny_model import (
 
 from reasoning_core.runtime.engines import make_engine
 from reasoning_core.runtime.engines.hf import sample_tokens, sample_with_logprobs
-from reasoning_core.runtime.rollout import Completion, SamplingParams
+from reasoning_core.runtime.engines.rollout import Completion, SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24, stop=[])
 

@@ -15,7 +15,7 @@ from tiny_model import PROMPTS, build_model, save_tiny_model
 
 from reasoning_core import get_response_log_probs, grpo_loss, logprob_mismatch
 from reasoning_core.runtime.engines import make_engine
-from reasoning_core.runtime.rollout import SamplingParams
+from reasoning_core.runtime.engines.rollout import SamplingParams
 
 SYNCED_MEAN, SYNCED_MAX = 2e-6, 2e-5  # 4x and 7x the largest measured
 STALE_MEAN = 1e-2  # a stale copy measured ~8e-2 after one step at lr 1e-4

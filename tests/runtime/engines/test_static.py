@@ -26,13 +26,9 @@ from tiny_model import (
 )
 
 from reasoning_core.runtime.engines import make_engine
-from reasoning_core.runtime.engines.static import (
-    StaticEngine,
-    cache_bytes,
-    row_buckets,
-    sample_on_device,
-)
-from reasoning_core.runtime.rollout import Completion, RolloutEngine, SamplingParams
+from reasoning_core.runtime.engines.rollout import Completion, RolloutEngine, SamplingParams
+from reasoning_core.runtime.engines.static.engine import StaticEngine
+from reasoning_core.runtime.engines.static.kernels import cache_bytes, row_buckets, sample_on_device
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24, stop=[])
 ALL_PROMPTS = PROMPTS + [LONG_PROMPT]
@@ -405,7 +401,7 @@ def test_row_buckets_and_cache_size(model):
 
 
 def test_rrl_eval_runs_with_the_static_engine(tmp_path):
-    from reasoning_core.runtime import evaluate
+    from reasoning_core.runtime.evaluation import evaluate
 
     model_dir = save_tiny_model(tmp_path / "model")
     out = tmp_path / "run"

@@ -10,8 +10,8 @@ import pytest
 from tiny_model import LONG_PROMPT, PROMPTS, save_tiny_model
 
 from reasoning_core.runtime.engines import make_engine
-from reasoning_core.runtime.eval_report import truncated_share
-from reasoning_core.runtime.rollout import SamplingParams
+from reasoning_core.runtime.engines.rollout import SamplingParams
+from reasoning_core.runtime.training.rollouts import truncated_share
 
 ALL_PROMPTS = PROMPTS + [LONG_PROMPT]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=40, stop=[])

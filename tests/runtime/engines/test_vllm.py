@@ -19,7 +19,7 @@ from tiny_model import (
 )
 
 from reasoning_core.runtime.engines import make_engine
-from reasoning_core.runtime.rollout import SamplingParams
+from reasoning_core.runtime.engines.rollout import SamplingParams
 
 pytestmark = pytest.mark.vllm
 

@@ -9,8 +9,8 @@ import types
 
 import pytest
 
-from reasoning_core.runtime.config import ConfigError
 from reasoning_core.runtime.engines import vllm as vllm_engine
+from reasoning_core.runtime.errors import ConfigError
 
 
 @pytest.mark.parametrize("version", ["0.16.0", "0.16.0rc1", "0.16.1", "0.32.0+cpu", "1.0.0"])

@@ -325,8 +325,8 @@ def test_compile_benchmark_runs_tiny(tmp_path):
 def test_timed_step_is_the_trainers_optimizer_step(monkeypatch, kind):
     """measure_train_step times the trainers' own update (sft_update / grpo_update), whose
     every step accumulates through updates.accumulate_sft / accumulate_grpo, not a copy."""
-    from reasoning_core.runtime import updates
     from reasoning_core.runtime.gpu_check import device as gc_device
+    from reasoning_core.runtime.training import updates
 
     calls: list[int] = []
     name = f"accumulate_{kind}"

@@ -377,8 +377,8 @@ def test_empty_metrics_file_is_named_and_other_runs_still_drawn(tmp_path, capsys
 
 
 def test_metrics_reader_leaves_out_a_partial_last_line_and_names_damage(tmp_path):
-    from reasoning_core.runtime.metrics import MetricsWriter
-    from reasoning_core.runtime.metrics import read_metrics as read_complete
+    from reasoning_core.runtime.run.metrics import MetricsWriter
+    from reasoning_core.runtime.run.metrics import read_metrics as read_complete
 
     with MetricsWriter(tmp_path) as w:
         w.log({"loss": 1.0}, step=1, split="train")
@@ -403,8 +403,8 @@ def test_metrics_reader_leaves_out_a_partial_last_line_and_names_damage(tmp_path
 def test_plot_and_summary_read_metrics_as_the_trainers_do(tmp_path, capsys):
     """One reader serves both: the figures' reader skips what the strict one names, with the
     same FILE:LINE, and leaves out a last line without its newline even when it is whole."""
-    from reasoning_core.runtime.metrics import read_metrics as read_complete
     from reasoning_core.runtime.report import read_metrics as read_for_figures
+    from reasoning_core.runtime.run.metrics import read_metrics as read_complete
 
     path = tmp_path / "metrics.jsonl"
     good = b'{"step": 1, "split": "train", "loss": 1.0}\n'
@@ -423,7 +423,7 @@ def test_metrics_lines_are_strict_json_with_null_for_non_finite_values(tmp_path)
     otherwise write the bare tokens NaN and Infinity, which strict JSON readers refuse."""
     import torch
 
-    from reasoning_core.runtime.metrics import MetricsWriter
+    from reasoning_core.runtime.run.metrics import MetricsWriter
 
     def refuse(token):
         raise ValueError(f"non-standard JSON token {token}")

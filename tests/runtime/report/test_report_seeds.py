@@ -14,7 +14,9 @@ import pytest
 import yaml
 
 from reasoning_core.runtime.cli import main as rrl
-from reasoning_core.runtime.report import mean_std_ci95, seed_runs, seed_summary, t_quantile
+from reasoning_core.runtime.report.bands import t_quantile
+from reasoning_core.runtime.report.runs import seed_runs
+from reasoning_core.runtime.report.seeds import mean_std_ci95, seed_summary
 
 # Two-sided 95% Student-t critical values t_{0.975, df} (any statistics table).
 T_975 = {1: 12.7062047, 2: 4.3026527, 3: 3.1824463, 4: 2.7764451, 9: 2.2621572, 30: 2.0422725}

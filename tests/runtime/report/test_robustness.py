@@ -7,11 +7,7 @@ from pathlib import Path
 import pytest
 
 from reasoning_core.runtime.report.ablations import difference
-from reasoning_core.runtime.report.robustness import (
-    main_robustness,
-    parse_base,
-    robustness_rows,
-)
+from reasoning_core.runtime.report.robustness import main_robustness, parse_base, robustness_rows
 
 COLUMNS = ["experiment", "run", "seed", "eval_accuracy", "eval_format_reward"]
 

@@ -12,15 +12,15 @@ import torch
 from project_root import ROOT
 
 from envs.arithmetic import TASK
-from reasoning_core.runtime.config import ConfigError
-from reasoning_core.runtime.tinyworld import (
+from reasoning_core.runtime.errors import ConfigError
+from reasoning_core.runtime.tinyworld import main
+from reasoning_core.runtime.tinyworld.corpus import r1_zero_preamble
+from reasoning_core.runtime.tinyworld.world import (
     OTHER_LAYOUTS,
     PASSING_STYLE,
     R1_STYLES,
     TAGS,
     TinyWorldConfig,
-    main,
-    r1_zero_preamble,
 )
 
 MICRO = ["steps=4", "batch_size=8", "tokenizer_docs=2000", "log_every=2"]
@@ -178,14 +178,14 @@ def test_folder_loads_with_vllm_and_tokenizes_like_transformers(micro_world):
 
 def test_workflow_defaults_match_the_code_defaults():
 
-    from reasoning_core.runtime.config import build_config, load_yaml
+    from reasoning_core.runtime.settings.config import build_config, load_yaml
 
     path = ROOT / "workflow/config/methods/tiny.yaml"
     assert build_config(TinyWorldConfig, load_yaml(path, "tiny-world")) == TinyWorldConfig()
 
 
 def test_corpus_never_shows_a_test_problem():
-    from reasoning_core.runtime.tinyworld import documents
+    from reasoning_core.runtime.tinyworld.corpus import documents
 
     test_questions = [e.question for e in TASK.load("test")]
     docs = [p + r for p, r in documents(TinyWorldConfig(), 5000, seed=3)]
@@ -198,7 +198,7 @@ def test_question_only_prompt_has_boxed_documents_to_learn_from():
     """Only the `boxed` layout continues a bare question the way question_only rewards."""
     import envs
     from envs.base import load_prompt, render
-    from reasoning_core.runtime.tinyworld import documents
+    from reasoning_core.runtime.tinyworld.corpus import documents
 
     fields = {"question": "Ana has 5 coins. How many coins does Ana have now?"}
     fields |= {"chain": "5 + 3 = 8.", "answer": "8"}
@@ -225,7 +225,7 @@ def test_length_buckets_keep_every_document_once_in_batches_of_near_equal_length
 
     from transformers import AutoTokenizer
 
-    from reasoning_core.runtime.tinyworld import documents
+    from reasoning_core.runtime.tinyworld.corpus import documents
     from reasoning_core.runtime.tinyworld.pretrain import encode_documents, length_bucketed
 
     tok = AutoTokenizer.from_pretrained(micro_world)
@@ -263,7 +263,7 @@ def test_causal_attention_gives_the_padding_masks_loss(micro_world):
     padding mask (rounding aside), since no real token sees its row's padding."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from reasoning_core.runtime.tinyworld import documents
+    from reasoning_core.runtime.tinyworld.corpus import documents
     from reasoning_core.runtime.tinyworld.pretrain import collate, encode_documents
 
     tok = AutoTokenizer.from_pretrained(micro_world)

@@ -29,7 +29,7 @@ call with no copy) through a decode loop written for fixed shapes:
   with the next prompt-samples) once at least ``rows / 8`` are free, or every waiting one fits;
   once none wait, the live rows are *compacted* into the first rows whenever they fit a smaller
   row bucket (powers of two), and the smaller (captured) step runs from then on.
-- **Sampling on the device**, with the semantics of :mod:`reasoning_core.runtime.rollout` and
+- **Sampling on the device**, with the semantics of :mod:`reasoning_core.runtime.engines.rollout` and
   the HF engine's ``sample_tokens``: greedy at ``temperature=0``; otherwise
   ``softmax(logits / T)`` restricted to the smallest top-p prefix, drawn by inverting its
   cumulative sum at one uniform per row (``searchsorted``, no host sync; ``torch.multinomial``

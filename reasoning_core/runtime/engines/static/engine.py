@@ -16,6 +16,7 @@ from reasoning_core.runtime.engines.hf import (
     model_and_tokenizer,
     sampling_generator,
 )
+from reasoning_core.runtime.engines.rollout import Completion, SamplingParams
 from reasoning_core.runtime.engines.static.device import DeviceMixin
 from reasoning_core.runtime.engines.static.kernels import (
     _Cache,
@@ -26,7 +27,6 @@ from reasoning_core.runtime.engines.static.kernels import (
     sample_on_device,
 )
 from reasoning_core.runtime.engines.static.text import TextMixin, _Sample
-from reasoning_core.runtime.rollout import Completion, SamplingParams
 
 
 class StaticEngine(DeviceMixin, TextMixin):

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from reasoning_core.runtime.rollout import SamplingParams
+from reasoning_core.runtime.engines.rollout import SamplingParams
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3", "llama")
 _LEN_QUANTUM = 128  # cache lengths are rounded up to this, so nearby calls reuse the cache

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from reasoning_core.runtime.rollout import Completion, SamplingParams
+from reasoning_core.runtime.engines.rollout import Completion, SamplingParams
 
 
 def _find_stop(tokenizer: Any, text: str, tokens: list[int], params: SamplingParams) -> str | None:

@@ -1,0 +1,264 @@
+"""A training run's life cycle: the run folder, the evaluator, set-up, after each iteration, finish.
+
+Every trainer goes through the same stages::
+
+    start_run        done.json there? stop. Else threads, seeds, device, task.
+    setup_training   RunContext (config.yaml, metrics), policy, AdamW + schedule, resume from
+                     state/, rollout engine, Evaluator; evaluate at step 0 on a fresh start
+    ... the trainer's own loop, logging through run.log ...
+    after_iteration  evaluate every eval_every and at the end; save state every save_every;
+                     True once the run's wall time passes max_wall_seconds (the loop stops)
+    finish_training  final evaluation if not just done, checkpoint/, done.json; drop state/
+
+:func:`run_main` is the ``rrl <trainer>`` entry point: bad settings exit 2 before any work.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from tqdm.auto import tqdm
+
+import envs
+from reasoning_core.runtime import engines
+from reasoning_core.runtime.engines import make_engine, resolve_engine
+from reasoning_core.runtime.engines.rollout import RolloutEngine
+from reasoning_core.runtime.errors import ConfigError
+from reasoning_core.runtime.evaluation.loop import evaluate_policy
+from reasoning_core.runtime.evaluation.summary import eval_line_stats
+from reasoning_core.runtime.run.folder import RunContext, is_done
+from reasoning_core.runtime.run.metrics import write_generations
+from reasoning_core.runtime.settings.config import resolve_command
+from reasoning_core.runtime.training.batching import MicroBatchSize
+from reasoning_core.runtime.training.policy import (
+    load_policy,
+    make_optimizer,
+    make_scheduler,
+    resolve_device,
+    setup_torch,
+)
+from reasoning_core.runtime.training.rollouts import eval_params
+from reasoning_core.runtime.training.settings import CommonConfig, engine_options
+
+
+def start_run(
+    cfg: CommonConfig, out: str | Path, method: str
+) -> tuple[torch.device, envs.Task] | None:
+    """How every trainer starts: None (after saying so) when ``out`` is already complete;
+    otherwise set threads and seeds and return ``(device, task)``."""
+    if is_done(out):
+        print(f"[{method}] {out} is already complete (done.json)", file=sys.stderr)
+        return None
+    setup_torch(cfg)
+    return resolve_device(cfg.device), envs.get_task(cfg.task)
+
+
+class Evaluator:
+    """Sampled evaluation on a fixed list of eval problems with a fixed seed (``eval_seed``, or
+    the run's ``seed`` when unset; each engine call its own, see ``eval_loop.chunk_seed``).
+
+    Each ``eval`` line also carries ``entropy``: the policy's mean token entropy over the
+    responses, token-weighted (every response token of every response counts once), from a
+    no-gradient forward of the policy module itself (eval mode, micro batches of
+    ``max(8, micro_batch_size)`` rows with their own out-of-memory back-off). It draws no
+    random numbers, so no other metric changes; its time is in ``time/eval`` and apart as
+    ``time/entropy``."""
+
+    def __init__(self, cfg: CommonConfig, task: envs.Task, tokenizer: Any):
+        self.cfg = cfg
+        self.task = task
+        self.tokenizer = tokenizer
+        self.examples = task.load(cfg.eval_split, limit=cfg.eval_examples)
+        self.params = eval_params(cfg)
+        self.entropy_micro = MicroBatchSize(
+            max(8, cfg.micro_batch_size),
+            backoff=cfg.oom_backoff,
+            name="eval entropy",
+        )
+
+    def __call__(self, engine: RolloutEngine, model, step: int, run: RunContext) -> dict:
+        """Sync weights, evaluate, write generations, log an ``eval`` line; return it."""
+        t0 = time.perf_counter()
+        was_training = model.training
+        model.eval()
+        engine.sync_weights(model)
+        t1 = time.perf_counter()
+        result = evaluate_policy(
+            engine,
+            self.examples,
+            self.task,
+            self.cfg.template,
+            self.params,
+            batch_size=self.cfg.eval_batch_size,
+            progress=self.cfg.progress,  # a full MATH eval takes minutes even on a GPU
+            model=model,
+            tokenizer=self.tokenizer,
+            entropy_micro_batch_size=self.entropy_micro,
+        )
+        model.train(was_training)
+        t2 = time.perf_counter()
+        summary = result.summary
+        write_generations(run.out, step, result.records)
+        values = {
+            "accuracy": summary["answer_reward"],
+            "format_reward": summary["format_reward"],
+            "reward": summary["reward"],
+            "num_examples": summary["num_examples"],
+            **eval_line_stats(summary),
+            "time/sync": t1 - t0,
+            "time/eval": t2 - t1,
+            "time/entropy": summary["time/entropy"],
+        }
+        record = run.log(values, step=step, split="eval")
+        run.last_eval = record
+        return record
+
+
+class Training(NamedTuple):
+    """What a trainer works with once set up (see :func:`setup_training`)."""
+
+    run: RunContext
+    model: Any
+    tokenizer: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    counters: dict[str, Any] | None  # the resumed counters; None on a fresh start
+    engine: RolloutEngine
+    evaluator: Evaluator
+
+    def resumed(self, counter: str) -> int:
+        """The saved value of ``counter`` on a resumed run; 0 on a fresh start."""
+        return self.counters[counter] if self.counters else 0
+
+
+def rollout_engine_kind(cfg: CommonConfig, model) -> str:
+    """The engine ``cfg.engine`` means for a policy on ``model``'s device (``auto`` resolved by
+    :func:`engines.resolve_engine`)."""
+    return resolve_engine(cfg.engine, next(model.parameters()).device)
+
+
+def make_rollout_engine(cfg: CommonConfig, model, tokenizer):
+    """The engine a run samples with: :func:`rollout_engine_kind` built by
+    :func:`engines.make_engine` with its options from ``cfg.engine_kwargs``
+    (:func:`settings.engine_options`). One seam for tests that wrap the engine a trainer builds.
+
+    The hf and static engines sample from the module they are given, the live policy, unless
+    setting ``sync_every`` (EI, GRPO) is above 1: then they get a copy of their own, which
+    keeps the weights of its last sync between syncs (vLLM always holds its own)."""
+    kind = rollout_engine_kind(cfg, model)
+    if getattr(cfg, "sync_every", 1) > 1 and kind in ("hf", "static"):
+        model = copy.deepcopy(model)
+    return make_engine(kind, model, tokenizer, **engine_options(cfg.engine_kwargs, kind))
+
+
+def auto_reason(model) -> str:
+    """Why ``engine: auto`` chose what it did, for the run's log."""
+    device = next(model.parameters()).device
+    if device.type != "cuda":
+        return f"policy on {device}"
+    return f"policy on {device}, vllm " + (
+        "imports" if engines.vllm_importable() else "does not import"
+    )
+
+
+def setup_training(
+    cfg: CommonConfig,
+    out: str | Path,
+    method: str,
+    task: envs.Task,
+    total_steps: int,
+    optimizer_fn: Any = make_optimizer,
+) -> Training:
+    """Open the run folder, load the policy, build its optimizer (``optimizer_fn(model, cfg)``,
+    AdamW unless the trainer says otherwise) and its ``total_steps`` schedule, resume from
+    ``out/state`` if there is one, start the rollout engine and the evaluator, and evaluate at
+    step 0 on a fresh start (``eval_at_start``)."""
+    run = RunContext(cfg, out, method)
+    model, tokenizer = load_policy(cfg)
+    optimizer = optimizer_fn(model, cfg)
+    scheduler = make_scheduler(optimizer, cfg, total_steps)
+    counters = run.resume(model, optimizer, scheduler)
+    run.engine = rollout_engine_kind(cfg, model)
+    why = "" if cfg.engine == run.engine else f" (engine: {cfg.engine}; {auto_reason(model)})"
+    print(f"[{method}] rollout engine: {run.engine}{why}", file=sys.stderr)
+    engine = make_rollout_engine(cfg, model, tokenizer)
+    evaluator = Evaluator(cfg, task, tokenizer)
+    if counters is None and cfg.eval_at_start:
+        evaluator(engine, model, 0, run)
+    return Training(run, model, tokenizer, optimizer, scheduler, counters, engine, evaluator)
+
+
+def after_iteration(t: Training, total: int, **counters: int) -> bool:
+    """After an iteration of the trainer's loop of ``total``: evaluate at the last one and
+    every ``eval_every``; save resumable state (``counters``) every ``save_every`` but the last
+    (the finished run's checkpoint follows).
+
+    ``counters`` are what the state saves and a resumed run reads back (:meth:`Training.resumed`):
+    ``opt_step``, the optimizer step reached, and the trainer's iteration count when it has
+    one besides (``grpo_step``, ``ei_step``); the iterations done are that count, else
+    ``opt_step`` (SFT's iteration is its optimizer step).
+
+    Returns True when the run must stop early because its elapsed wall time passed
+    ``max_wall_seconds``: nothing is evaluated or saved here then; the trainer leaves its loop
+    and :func:`finish_training` evaluates at ``opt_step``, saves the checkpoint and writes
+    ``done.json`` with ``stopped_on_budget: true``."""
+    step = counters["opt_step"]
+    iterations = [value for name, value in counters.items() if name != "opt_step"]
+    if len(iterations) > 1:
+        raise ValueError(f"one iteration counter besides opt_step, got {sorted(counters)}")
+    done = iterations[0] if iterations else step
+    cfg = t.run.cfg
+    is_last = done == total
+    if not is_last and t.run.over_budget():
+        t.run.budget_stop = {"iterations_done": done, "iterations_planned": total}
+        print(
+            f"[{t.run.method}] max_wall_seconds ({cfg.max_wall_seconds:g} s) spent after "
+            f"{done} of {total} iterations (optimizer step {step}): evaluating and saving",
+            file=sys.stderr,
+        )
+        return True
+    if is_last or (cfg.eval_every and done % cfg.eval_every == 0):
+        t.evaluator(t.engine, t.model, step, t.run)
+    if not is_last and cfg.save_every and done % cfg.save_every == 0:
+        t.run.save_state(t.model, t.optimizer, t.scheduler, **counters)
+    return False
+
+
+def finish_training(t: Training, *, step: int, extra: dict[str, Any] | None = None) -> dict:
+    """Evaluate at ``step`` unless that was just done, then finish the run folder."""
+    if t.run.last_eval is None or t.run.last_eval["step"] != step:
+        t.evaluator(t.engine, t.model, step, t.run)
+    return t.run.finish(t.model, t.tokenizer, step=step, extra=extra)
+
+
+def progress(*, total: int, desc: str, initial: int = 0, enabled: bool = True) -> tqdm:
+    """A tqdm progress bar on stderr (updated at most every 2 s)."""
+    return tqdm(
+        total=total,
+        desc=desc,
+        initial=initial,
+        disable=not enabled,
+        mininterval=2.0,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
+
+
+def run_main(cls: type, section: str, train_fn, argv: list[str] | None, description: str) -> int:
+    """Entry point of ``rrl <section>``: parse, validate (bad settings exit 2 with a message
+    naming the setting, before any work), train."""
+    resolved = resolve_command(cls, section, argv, description)
+    if resolved is None:
+        return 2
+    cfg, args = resolved
+    try:
+        train_fn(cfg, args.out)
+    except ConfigError as exc:  # data-dependent settings checked after loading the data
+        print(f"rrl {section}: {exc}", file=sys.stderr)
+        return 2
+    return 0

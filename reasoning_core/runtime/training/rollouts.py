@@ -1,0 +1,257 @@
+"""Rollouts for training: pick a step's questions, sample ``group_size`` responses each, grade.
+
+:func:`sample_and_grade` is what one step of expert iteration and one step of GRPO both begin
+with. The questions a step samples and the engine's seed are functions of ``(seed, step)``
+(:mod:`reasoning_core.runtime.run.rng`), so a resumed run samples what an uninterrupted run would.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import envs
+from envs.grader import METRIC_KEYS as GRADE_KEYS  # ("grade/timeouts", "grade/errors")
+from reasoning_core.runtime.engines.rollout import Completion, RolloutEngine, SamplingParams
+from reasoning_core.runtime.errors import ConfigError
+from reasoning_core.runtime.run.rng import Stream, step_rng, step_seed
+
+
+class RolloutSettings(Protocol):
+    """The settings of training rollouts (EI, GRPO and DPO's configs have them)."""
+
+    template: str
+    seed: int
+    stop: list[str]
+    train_split: str
+    train_examples: int | None
+    group_size: int
+    sampling_temperature: float
+    sampling_top_p: float
+    sampling_max_tokens: int
+    sampling_min_tokens: int
+
+
+class EvalSettings(Protocol):
+    """The settings of a sampled evaluation, the same names in ``rrl eval`` and the trainers."""
+
+    seed: int
+    stop: list[str]
+    eval_temperature: float
+    eval_top_p: float
+    eval_max_tokens: int
+    eval_seed: int | None
+
+
+# rrl eval's setting names before they became the trainers' (old -> new); an old name is
+# refused with a message naming the new one (config.build_config).
+EVAL_RENAMED = {
+    "split": "eval_split",
+    "limit": "eval_examples",
+    "temperature": "eval_temperature",
+    "top_p": "eval_top_p",
+    "max_tokens": "eval_max_tokens",
+    "min_tokens": "eval_min_tokens",
+    "batch_size": "eval_batch_size",
+    "n": "samples_per_problem",
+}
+
+
+def rollout_params(cfg: RolloutSettings) -> SamplingParams:
+    """The ``SamplingParams`` of training rollouts: ``group_size`` samples per prompt from the
+    ``sampling_*`` settings, stop strings kept in the output (the seed is set per step)."""
+    return SamplingParams(
+        n=cfg.group_size,
+        temperature=cfg.sampling_temperature,
+        top_p=cfg.sampling_top_p,
+        max_tokens=cfg.sampling_max_tokens,
+        min_tokens=cfg.sampling_min_tokens,
+        stop=list(cfg.stop),
+        include_stop_str_in_output=True,
+    )
+
+
+def eval_params(
+    cfg: EvalSettings,
+    *,
+    n: int = 1,
+    min_tokens: int = 0,
+    include_stop_str_in_output: bool = True,
+    stop: list[str] | None = None,
+) -> SamplingParams:
+    """The ``SamplingParams`` of an evaluation, a trainer's or a command's (``rrl eval``,
+    ``eval-suite``, ``supplement-generate``, ``safety-judge``): the ``eval_*`` settings,
+    seeded with ``eval_seed`` (null: ``seed``); ``n`` samples per problem; ``stop`` replaces
+    the setting ``stop`` (``rrl eval-suite``'s stop strings are each template's)."""
+    return SamplingParams(
+        n=n,
+        temperature=cfg.eval_temperature,
+        top_p=cfg.eval_top_p,
+        max_tokens=cfg.eval_max_tokens,
+        min_tokens=min_tokens,
+        stop=list(cfg.stop if stop is None else stop),
+        include_stop_str_in_output=include_stop_str_in_output,
+        seed=cfg.seed if cfg.eval_seed is None else cfg.eval_seed,
+    )
+
+
+def load_questions(
+    cfg: RolloutSettings, task: envs.Task, need: int, message: str
+) -> list[envs.Example]:
+    """The training questions (``train_split``, ``train_examples`` of them); ConfigError with
+    ``message`` (``{n}``: the number loaded) when there are fewer than ``need``."""
+    questions = task.load(cfg.train_split, limit=cfg.train_examples)
+    if len(questions) < need:
+        raise ConfigError(message.format(n=len(questions)))
+    return questions
+
+
+def grade(reward_fn: Callable, responses: list[str], ground_truths: list[str]) -> envs.GradeResults:
+    """``reward_fn`` of each (response, ground truth), in order, through ``envs.grade_batch``
+    (cheap cases in-process, the rest in a pool with a per-item timeout scored 0).
+
+    The result is a list of reward dicts whose ``.metrics()`` gives
+    ``{"grade/timeouts": n, "grade/errors": m}``: how many of the items scored 0 because
+    grading timed out or raised. Keep the object (``list(...)`` drops the counts)."""
+    return envs.grade_batch(reward_fn, responses, ground_truths)
+
+
+def grade_counts(scores: list[dict]) -> dict[str, int]:
+    """``{"grade/timeouts": n, "grade/errors": m}`` of a :func:`grade` result; a plain list
+    (a stand-in grader that cannot time out or raise) counts 0 of each."""
+    if isinstance(scores, envs.GradeResults):
+        return scores.metrics()
+    return dict.fromkeys(GRADE_KEYS, 0)
+
+
+def reward_means(scores: list[dict]) -> dict[str, float]:
+    """Means of ``reward``, ``format_reward`` and ``answer_reward`` (0 for no scores)."""
+    n = max(1, len(scores))
+    return {
+        "reward": sum(s["reward"] for s in scores) / n,
+        "format_reward": sum(s["format_reward"] for s in scores) / n,
+        "answer_reward": sum(s["answer_reward"] for s in scores) / n,
+    }
+
+
+def truncated_share(finish_reasons: list[str]) -> float:
+    """The share of responses the engine stopped at ``max_tokens`` without their stop string
+    or EOS (finish reason ``"length"``); 0.0 for none."""
+    n = len(finish_reasons)
+    return sum(reason == "length" for reason in finish_reasons) / n if n else 0.0
+
+
+@dataclass(frozen=True)
+class Rollouts:
+    """What every rollout of a run shares: the question pool, the task that formats prompts,
+    the template, the reward function, the sampling settings, the run's seed, and how often
+    the policy's weights go into the engine (``sync_every`` steps)."""
+
+    questions: list[envs.Example]
+    task: envs.Task
+    template: str
+    reward_fn: Callable[[str, str], dict]
+    params: SamplingParams
+    seed: int
+    sync_every: int = 1
+
+    @classmethod
+    def from_config(
+        cls,
+        cfg: RolloutSettings,
+        task: envs.Task,
+        questions: list[envs.Example],
+        sync_every: int = 1,
+    ) -> Rollouts:
+        return cls(
+            questions=questions,
+            task=task,
+            template=cfg.template,
+            reward_fn=task.reward_fn(cfg.template),
+            params=rollout_params(cfg),
+            seed=cfg.seed,
+            sync_every=sync_every,
+        )
+
+
+@dataclass
+class RolloutBatch:
+    """Graded rollouts, one entry per response (``group_size`` consecutive ones per question).
+
+    ``prompts``/``ground_truths`` repeat each question's; ``lengths`` are response tokens;
+    ``scores`` the reward dicts (an ``envs.GradeResults``, see :attr:`grade_metrics`);
+    ``completions`` the engine's outputs in the same order (token ids, log-probs, entropies).
+    ``seconds`` holds the wall-clock of the weight sync, the sampling and the grading under
+    ``time/sync``, ``time/rollout``, ``time/grade``."""
+
+    prompts: list[str]
+    responses: list[str]
+    ground_truths: list[str]
+    lengths: list[int]
+    scores: list[dict]
+    seconds: dict[str, float]
+    completions: list[Completion] = field(default_factory=list)
+
+    @property
+    def rewards(self) -> list[float]:
+        return [s["reward"] for s in self.scores]
+
+    @property
+    def grade_metrics(self) -> dict[str, int]:
+        """``{"grade/timeouts": n, "grade/errors": m}``: responses of this batch that scored 0
+        because grading timed out or raised."""
+        return grade_counts(self.scores)
+
+    @property
+    def mean_length(self) -> float:
+        """Mean response length in tokens."""
+        return sum(self.lengths) / len(self.lengths)
+
+    @property
+    def truncated(self) -> float:
+        """Share of the responses stopped at ``max_tokens`` without their stop string or EOS."""
+        return truncated_share([c.finish_reason for c in self.completions])
+
+    def correct(self) -> list[int]:
+        """Indices of the responses with reward 1 (right format and answer)."""
+        return [i for i, s in enumerate(self.scores) if s["reward"] >= 1.0]
+
+
+def sample_and_grade(
+    engine: RolloutEngine, model: Any, rollouts: Rollouts, *, step: int, count: int
+) -> RolloutBatch:
+    """Step ``step``'s rollouts: ``count`` questions drawn without replacement from the pool
+    (stream ``QUESTIONS``), the policy's weights synced into the engine (on every
+    ``sync_every``-th step; on the others the engine keeps the weights of its last sync),
+    ``params.n`` responses per question sampled with the step's seed (stream
+    ``ROLLOUT_SEED``), graded."""
+    picked = step_rng(rollouts.seed, Stream.QUESTIONS, step).choice(
+        len(rollouts.questions), size=count, replace=False
+    )
+    questions = [rollouts.questions[int(i)] for i in picked]
+    prompts = [rollouts.task.format_prompt(q, rollouts.template) for q in questions]
+    params = rollouts.params.replace(seed=step_seed(rollouts.seed, Stream.ROLLOUT_SEED, step))
+    t0 = time.perf_counter()
+    if step % rollouts.sync_every == 0:
+        engine.sync_weights(model)
+    t1 = time.perf_counter()
+    groups = engine.generate(prompts, params)
+    t2 = time.perf_counter()
+    batch = RolloutBatch([], [], [], [], [], {})
+    for prompt, question, group in zip(prompts, questions, groups, strict=True):
+        assert len(group) == params.n, "engine returned the wrong number of samples"
+        for completion in group:
+            batch.prompts.append(prompt)
+            batch.responses.append(completion.text)
+            batch.ground_truths.append(question.ground_truth)
+            batch.lengths.append(len(completion.token_ids))
+            batch.completions.append(completion)
+    batch.scores = grade(rollouts.reward_fn, batch.responses, batch.ground_truths)
+    batch.seconds = {
+        "time/sync": t1 - t0,
+        "time/rollout": t2 - t1,
+        "time/grade": time.perf_counter() - t2,
+    }
+    return batch

@@ -1,0 +1,310 @@
+"""Optimizer steps: the SFT and GRPO updates side by side, and the no-gradient scoring passes.
+
+Each update shows one optimizer step in the open::
+
+    zero the gradients
+    accumulate: for each micro batch of the chosen rows    # redone smaller on out-of-memory
+        log-probs (+ entropy) under the policy
+        loss of the micro batch, scaled to its share of the batch mean; backward
+    clip the gradient norm to max_grad_norm
+    AdamW step; learning-rate schedule step; zero the gradients (free them until the next step)
+
+The accumulation runs through :meth:`MicroBatchSize.call`: on a CUDA out-of-memory error it
+drops the partial gradient and redoes the accumulation with smaller micro batches; the step is
+still the same batch mean. ``rrl gpu-check`` times these very functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, NamedTuple
+
+import torch
+
+from reasoning_core import grpo_microbatch_train_step, sft_microbatch_train_step
+from reasoning_core.runtime.training.batching import (
+    MicroBatchSize,
+    TokenBatch,
+    masked_token_mean,
+    micro_batches,
+    policy_log_probs,
+)
+from reasoning_core.runtime.training.engine_check import EngineCheck, MismatchSums
+
+
+def sft_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    batch: TokenBatch,
+    rows: list[int] | torch.Tensor,
+    *,
+    micro_batch_size: MicroBatchSize,
+    device: torch.device,
+    max_grad_norm: float,
+    normalize_constant: float = 1.0,
+) -> dict[str, float]:
+    """One AdamW step of SFT on ``rows`` of a tokenized batch (:func:`tokenize_pairs`).
+
+    Loss: the batch mean over the n rows of each example's summed response NLL divided by
+    ``normalize_constant`` (:func:`accumulate_sft`).
+
+    Returns ``loss``, ``grad_norm`` (before clipping), ``entropy`` (mean token entropy of the
+    responses), ``response_length`` (mean response tokens), ``lr`` (the rate this step used),
+    and ``micro_batch_size`` after an out-of-memory back-off."""
+    rows = torch.as_tensor(rows, dtype=torch.long)
+    lr = optimizer.param_groups[0]["lr"]
+    zero = partial(optimizer.zero_grad, set_to_none=True)
+    zero()
+    loss, ent_sum, ent_n = micro_batch_size.call(
+        accumulate_sft, model, batch, rows, device, normalize_constant, reset=zero
+    )
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    optimizer.step()
+    scheduler.step()
+    zero()  # the gradients hold no memory while the engine samples
+    return {
+        "loss": loss,
+        "grad_norm": float(grad_norm),
+        "entropy": ent_sum / max(1, ent_n),
+        "response_length": float(batch.response_mask[rows].sum(dim=1).float().mean()),
+        "lr": lr,
+        **micro_batch_size.metrics(),
+    }
+
+
+def accumulate_sft(
+    size: int,
+    model: torch.nn.Module,
+    batch: TokenBatch,
+    rows: torch.Tensor,
+    device: torch.device,
+    normalize_constant: float,
+) -> tuple[float, float, int]:
+    """Backward of the SFT loss of ``rows`` in micro batches of ``size``: (loss, entropy sum,
+    token count). A micro batch of m of the n rows calls ``sft_microbatch_train_step`` with
+    ``normalize_constant * n / m``, so the accumulated gradient is the batch mean exactly, even
+    when the last micro batch is smaller."""
+    n = len(rows)
+    total_loss, ent_sum, ent_n = 0.0, 0.0, 0
+    for micro in micro_batches(batch, rows, size):
+        log_probs, entropy = policy_log_probs(model, micro, device)
+        mask = micro.response_mask.to(device)
+        loss, _ = sft_microbatch_train_step(
+            policy_log_probs=log_probs,
+            response_mask=mask,
+            gradient_accumulation_steps=1,
+            normalize_constant=normalize_constant * n / len(micro.rows),
+        )
+        total_loss += float(loss.detach())
+        s, c = masked_token_mean(entropy, mask)
+        ent_sum, ent_n = ent_sum + s, ent_n + c
+    return total_loss, ent_sum, ent_n
+
+
+@dataclass(frozen=True)
+class PolicyGradientLoss:
+    """The GRPO objective's settings, under the names of ``rrl grpo``'s settings:
+    ``loss_type``, ``cliprange`` (grpo_clip), and ``length_normalization`` (how a response's
+    token losses become one number: ``masked_mean``, or ``masked_normalize`` by
+    ``normalize_constant``), which the core's train step calls ``length_norm``
+    (:func:`reasoning_core.grpo_microbatch_train_step`)."""
+
+    loss_type: str
+    cliprange: float | None = None
+    length_normalization: str = "masked_mean"
+    normalize_constant: float | None = None
+
+
+class ScoredRollouts(NamedTuple):
+    """A rollout batch ready for :func:`grpo_update`: its ``tokens``, ``raw_rewards`` and
+    group-normalized ``advantages`` (rollouts,) float32, ``old_log_probs`` (rollouts, seq)
+    of the sampling policy (None when the loss needs none), and ``token_weights`` (rollouts,
+    seq), each response token's weight in the loss (TIS; None: every token weighs 1)."""
+
+    tokens: TokenBatch
+    raw_rewards: torch.Tensor
+    advantages: torch.Tensor
+    old_log_probs: torch.Tensor | None
+    token_weights: torch.Tensor | None = None
+
+
+def grpo_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    rollouts: ScoredRollouts,
+    rows: list[int] | torch.Tensor,
+    *,
+    loss: PolicyGradientLoss,
+    micro_batch_size: MicroBatchSize,
+    device: torch.device,
+    max_grad_norm: float,
+    share_prompts: bool = False,
+    engine_check: EngineCheck | None = None,
+) -> dict[str, float]:
+    """One AdamW step of the policy-gradient ``loss`` on the train batch ``rows`` of a rollout
+    batch (:func:`accumulate_grpo`).
+
+    Returns ``loss`` (summed over the micro batches as returned by the train step),
+    ``grad_norm`` (before clipping), ``entropy`` (mean response-token entropy),
+    ``clip_fraction`` (token-weighted), ``lr``, and ``micro_batch_size`` after an out-of-memory
+    back-off. With ``engine_check`` (the first update of a rollout batch, whose weights sampled
+    it), also the ``rollout/`` keys of :class:`MismatchSums` measured on this update's own
+    forward, the loss weighted by TIS from it when ``engine_check.tis_cap`` is set."""
+    rows = torch.as_tensor(rows, dtype=torch.long)
+    lr = optimizer.param_groups[0]["lr"]
+    zero = partial(optimizer.zero_grad, set_to_none=True)
+    zero()
+    acc = micro_batch_size.call(
+        accumulate_grpo,
+        reset=zero,
+        model=model,
+        rollouts=rollouts,
+        rows=rows,
+        loss=loss,
+        device=device,
+        share_prompts=share_prompts,
+        engine_check=engine_check,
+    )
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    optimizer.step()
+    scheduler.step()
+    zero()  # the gradients hold no memory while the engine samples
+    return {
+        "loss": acc.loss,
+        "grad_norm": float(grad_norm),
+        "entropy": acc.entropy_sum / max(1, acc.tokens),
+        "clip_fraction": acc.clipped_sum / max(1, acc.tokens),
+        "lr": lr,
+        **micro_batch_size.metrics(),
+        **(acc.mismatch.metrics() if engine_check is not None else {}),
+    }
+
+
+class Accumulated(NamedTuple):
+    """What :func:`accumulate_grpo` adds up over a train batch's micro batches."""
+
+    loss: float  # the train steps' returned losses, summed
+    entropy_sum: float  # response-token entropies, summed
+    tokens: int  # response tokens
+    clipped_sum: float  # clipped response tokens (clip_fraction times tokens, summed)
+    mismatch: MismatchSums  # the engine check's sums (empty without an engine check)
+
+
+def accumulate_grpo(
+    size: int,
+    *,
+    model: torch.nn.Module,
+    rollouts: ScoredRollouts,
+    rows: torch.Tensor,
+    loss: PolicyGradientLoss,
+    device: torch.device,
+    share_prompts: bool,
+    engine_check: EngineCheck | None = None,
+) -> Accumulated:
+    """Backward of the policy-gradient loss of ``rows`` in micro batches of ``size``.
+
+    The micro batches are equal (the size divides the train batch), so each one's mean loss
+    divided by their number (``gradient_accumulation_steps``) sums to the batch mean.
+    ``share_prompts``: each micro batch's distinct prompts are computed once
+    (:func:`~reasoning_core.runtime.training.batching.shared_prompt_log_probs`). Each token's loss is
+    weighted by the rollouts' ``token_weights`` or, with ``engine_check``, by the TIS weights of
+    its own log-probs (detached) against the engine's, which ``engine_check`` also adds up."""
+    steps = len(rows) // size
+    loss_sum, ent_sum, ent_n, clip_sum = 0.0, 0.0, 0, 0.0
+    sums = MismatchSums()
+    old, weights = rollouts.old_log_probs, rollouts.token_weights
+    for mb in micro_batches(rollouts.tokens, rows, size):
+        r, width = mb.rows, mb.input_ids.shape[1]
+        log_probs, entropy = policy_log_probs(model, mb, device, share_prompts=share_prompts)
+        mask = mb.response_mask.to(device)
+        token_weights = None if weights is None else weights[r, :width].to(device)
+        if engine_check is not None:
+            token_weights = engine_check.measure(sums, r, log_probs, mask)
+        value, meta = grpo_microbatch_train_step(
+            policy_log_probs=log_probs,
+            response_mask=mask,
+            gradient_accumulation_steps=steps,
+            loss_type=loss.loss_type,
+            raw_rewards=rollouts.raw_rewards[r].unsqueeze(1).to(device),
+            advantages=rollouts.advantages[r].unsqueeze(1).to(device),
+            old_log_probs=None if old is None else old[r, :width].to(device),
+            cliprange=loss.cliprange,
+            length_norm=loss.length_normalization,
+            normalize_constant=loss.normalize_constant,
+            token_weights=token_weights,
+        )
+        loss_sum += float(value)
+        s, c = masked_token_mean(entropy, mask)
+        ent_sum, ent_n = ent_sum + s, ent_n + c
+        clip_sum += float(meta["clip_fraction"]) * c
+    return Accumulated(loss_sum, ent_sum, ent_n, clip_sum, sums)
+
+
+# ---------------------------------------------------------------------------------------------
+# No-gradient scoring passes
+
+
+@torch.no_grad()
+def compute_old_log_probs(
+    model: torch.nn.Module,
+    tokens: TokenBatch,
+    device: torch.device,
+    micro_batch_size: MicroBatchSize,
+    share_prompts: bool = False,
+) -> torch.Tensor:
+    """Log-probs (rollouts, seq) float32 on the CPU of every response token under the current
+    (sampling) policy, no gradient: the ``old_log_probs`` of the ratio losses (with
+    ``share_prompts``, 0 at the prompt positions, as the training pass then gives them)."""
+    log_probs, _, _ = micro_batch_size.call(
+        score_responses, model, tokens, device, share_prompts, False
+    )
+    return log_probs
+
+
+@torch.no_grad()
+def score_rollouts(
+    model: torch.nn.Module,
+    tokens: TokenBatch,
+    device: torch.device,
+    micro_batch_size: MicroBatchSize,
+    with_entropy: bool = True,
+) -> tuple[torch.Tensor, float | None]:
+    """One no-gradient forward (eval mode) over a tokenized batch of rollouts: the log-probs
+    (rows, seq) float32 on the CPU of every response token under ``model``, for the check
+    against the engine's, and with ``with_entropy`` the responses' mean token entropy (None
+    without)."""
+    was_training = model.training
+    model.eval()
+    try:
+        log_probs, total, count = micro_batch_size.call(
+            score_responses, model, tokens, device, False, with_entropy
+        )
+    finally:
+        model.train(was_training)
+    return log_probs, total / max(1, count) if with_entropy else None
+
+
+def score_responses(
+    size: int,
+    model: torch.nn.Module,
+    tokens: TokenBatch,
+    device: torch.device,
+    share: bool,
+    entropy: bool,
+) -> tuple[torch.Tensor, float, int]:
+    """The no-gradient passes (:func:`compute_old_log_probs`, :func:`score_rollouts`) in micro
+    batches of ``size``: (log-probs (rows, seq) float32 on the CPU, entropy sum, token count;
+    the two 0 without ``entropy``). ``share``: each micro batch's distinct prompts computed
+    once."""
+    log_probs = torch.zeros(tokens.input_ids.shape, dtype=torch.float32)
+    total, count = 0.0, 0
+    for micro in micro_batches(tokens, list(range(tokens.rows)), size):
+        lp, ent = policy_log_probs(model, micro, device, with_entropy=entropy, share_prompts=share)
+        log_probs[micro.rows, : lp.shape[1]] = lp.float().cpu()
+        if entropy:
+            s, c = masked_token_mean(ent, micro.response_mask)
+            total, count = total + s, count + c
+    return log_probs, total, count

@@ -1,0 +1,271 @@
+"""The runtime's layers: every import of the package, inside functions too, points down.
+
+``reasoning_core/runtime`` is split by concern into subpackages, each of which may import only
+the ones below it (its ``__init__`` says which). This reads every import statement of every
+module (module level, inside functions and under ``if``), and the module names given to
+``importlib.import_module`` as string literals, and checks:
+
+* the core (``reasoning_core`` outside ``runtime``) never imports the runtime;
+* each part imports only parts of its own layer's package or of lower layers (:data:`LAYERS`);
+* nothing imports a trainer but its own package (the command registry names trainers, it
+  does not import them), so engines and everything else stay free of trainers;
+* no circle among the modules, counting the imports inside functions;
+* no Python module sits directly under ``runtime/`` but the entry point, the command registry
+  and the errors.
+
+A second test imports every module first thing in a fresh interpreter (a circle that runs at
+import time fails there with "partially initialized module").
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import pkgutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from project_root import ROOT
+
+import reasoning_core
+
+PACKAGE = ROOT / "reasoning_core"
+RUNTIME = "reasoning_core.runtime"
+
+# The runtime's parts, bottom layer first. A module may import modules of its own part and of
+# parts on a lower layer; parts on one layer do not import each other.
+LAYERS: list[set[str]] = [
+    {"errors", "commands"},
+    {"settings"},
+    {"engines"},
+    {"run"},
+    {"training", "tinyworld"},
+    {"evaluation", "report", "gpu_check"},
+    {"trainers"},
+    {"cli"},
+]
+TOP_LEVEL_MODULES = {"__init__.py", "cli.py", "commands.py", "errors.py"}
+
+
+def project_modules() -> dict[str, Path]:
+    """Every module and package of ``reasoning_core`` (``__main__`` modules left out: they
+    run a command when imported) -> its file."""
+    modules = {"reasoning_core": PACKAGE / "__init__.py"}
+    for info in pkgutil.walk_packages(reasoning_core.__path__, "reasoning_core."):
+        if info.name.endswith(".__main__"):
+            continue
+        relative = Path(*info.name.split(".")[1:])
+        if info.ispkg:
+            modules[info.name] = PACKAGE / relative / "__init__.py"
+        else:
+            modules[info.name] = PACKAGE / relative.with_suffix(".py")
+    return modules
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The longest project module that ``name`` (a dotted path, maybe with an attribute at its
+    end) names, or None for a name outside the project."""
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        candidate = ".".join(parts[:end])
+        if candidate in modules:
+            return candidate
+    return None
+
+
+def all_imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The project modules ``path`` imports anywhere in its code (``from P import m`` counts as
+    module ``P.m`` when that is a module, else as ``P``), and those named as string literals
+    to ``importlib.import_module``."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [f"{node.module}.{a.name}" for a in node.names]
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            names = [node.args[0].value]
+        else:
+            continue
+        found.update(m for n in names if (m := _resolve(n, modules)) is not None)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = project_modules()
+    return {name: all_imports(path, modules) - {name} for name, path in modules.items()}
+
+
+def part_of(module: str) -> str | None:
+    """The runtime part a module belongs to (``settings``, ``cli``, ...); None outside it and
+    for the runtime package itself."""
+    if not module.startswith(RUNTIME + "."):
+        return None
+    return module[len(RUNTIME) + 1 :].split(".")[0]
+
+
+def layer_of(part: str) -> int:
+    for i, parts in enumerate(LAYERS):
+        if part in parts:
+            return i
+    raise AssertionError(f"runtime part {part!r} is in no layer: add it to LAYERS")
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of ``graph`` as a list of nodes (first == last), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Imports that point up a layer, or sideways to another part of the same layer."""
+    bad = []
+    for module, imports in graph.items():
+        mine = part_of(module)
+        if mine is None:
+            continue
+        for target in imports:
+            theirs = part_of(target)
+            if theirs is None or theirs == mine:
+                continue
+            if layer_of(theirs) >= layer_of(mine):
+                bad.append(f"{module} ({mine}) imports {target} ({theirs})")
+    return sorted(bad)
+
+
+def test_find_cycle_finds_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_imports_inside_functions_and_by_name_are_read(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text(
+        "import importlib\n"
+        "def f():\n"
+        "    from reasoning_core.runtime.trainers import grpo\n"
+        "    return importlib.import_module('reasoning_core.runtime.run.metrics')\n"
+    )
+    found = all_imports(source, project_modules())
+    assert found == {"reasoning_core.runtime.trainers.grpo", "reasoning_core.runtime.run.metrics"}
+
+
+def test_a_layer_violation_is_named():
+    graph = {
+        "reasoning_core.runtime.engines.hf": {"reasoning_core.runtime.trainers.grpo"},
+        "reasoning_core.runtime.trainers.grpo": {"reasoning_core.runtime.engines.hf"},
+        "reasoning_core.runtime.report.runs": {"reasoning_core.runtime.evaluation.loop"},
+    }
+    assert layer_violations(graph) == [
+        "reasoning_core.runtime.engines.hf (engines) imports "
+        "reasoning_core.runtime.trainers.grpo (trainers)",
+        "reasoning_core.runtime.report.runs (report) imports "
+        "reasoning_core.runtime.evaluation.loop (evaluation)",
+    ]
+
+
+def test_the_core_never_imports_the_runtime():
+    graph = import_graph()
+    core = [m for m in graph if not m.startswith(RUNTIME)]
+    assert len(core) >= 8
+    assert [(m, i) for m in core for i in graph[m] if i.startswith(RUNTIME)] == []
+
+
+def test_every_import_points_down_a_layer():
+    graph = import_graph()
+    assert len(graph) > 60
+    assert layer_violations(graph) == []
+
+
+def test_nothing_imports_a_trainer_but_its_own_package():
+    trainers = f"{RUNTIME}.trainers"
+    graph = import_graph()
+    outside = [
+        f"{m} imports {i}"
+        for m, imports in graph.items()
+        for i in imports
+        if i.startswith(trainers + ".") and not m.startswith(trainers)
+    ]
+    assert outside == []
+
+
+def test_no_import_circle_counting_imports_inside_functions():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_only_the_entry_point_registry_and_errors_sit_directly_under_runtime():
+    runtime = PACKAGE / "runtime"
+    assert {p.name for p in runtime.glob("*.py")} == TOP_LEVEL_MODULES
+    for sub in runtime.iterdir():
+        if sub.is_dir() and (sub / "__init__.py").is_file():
+            assert part_of(f"{RUNTIME}.{sub.name}") is not None
+            layer_of(sub.name)  # every subpackage has a layer
+
+
+def test_the_rollout_interface_imports_no_engine():
+    imports = import_graph()[f"{RUNTIME}.engines.rollout"]
+    assert [m for m in imports if m.startswith(f"{RUNTIME}.engines")] == []
+
+
+@pytest.mark.parametrize("part", ["settings", "run", "training", "evaluation", "trainers"])
+def test_each_layer_package_says_what_it_may_import(part):
+    doc = ast.get_docstring(ast.parse((PACKAGE / "runtime" / part / "__init__.py").read_text()))
+    assert doc and "May import" in doc
+
+
+def test_the_registry_names_every_command_module_that_exists():
+    from reasoning_core.runtime.commands import COMMANDS
+
+    modules = project_modules()
+    for name, command in COMMANDS.items():
+        assert command.module in modules or command.module.startswith("envs."), name
+
+
+@pytest.mark.slow
+def test_every_module_imports_alone_in_a_fresh_interpreter():
+    """One interpreter per module (about 3 s each on one core, run in parallel)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+    def import_alone(name: str) -> tuple[str, int, str]:
+        proc = subprocess.run(
+            [sys.executable, "-c", f"import {name}"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=300,
+        )
+        return name, proc.returncode, proc.stderr[-1500:]
+
+    names = sorted(project_modules())
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        results = list(pool.map(import_alone, names))
+    failed = {name: err for name, rc, err in results if rc != 0}
+    assert not failed, failed
