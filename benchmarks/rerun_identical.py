@@ -32,12 +32,13 @@ from pathlib import Path
 
 import yaml
 
-METHODS = ("sft", "ei", "grpo")
+METHODS = ("sft", "ei", "grpo", "dpo")
 # The settings class of each command, for its renamed settings (attribute RENAMED).
 SETTINGS = {
     "sft": "reasoning_core.runtime.trainers.sft:SFTConfig",
     "ei": "reasoning_core.runtime.trainers.ei:EIConfig",
     "grpo": "reasoning_core.runtime.trainers.grpo:GRPOConfig",
+    "dpo": "reasoning_core.runtime.trainers.dpo:DPOConfig",
     "eval": "reasoning_core.runtime.evaluation.evaluate:EvalConfig",
 }
 
