@@ -165,6 +165,16 @@ def compute_grpo_no_clip_loss(
     return loss, metadata
 
 
+def _clipped_surrogate(
+    ratio: Tensor, advantages: Tensor, low: float, high: float
+) -> tuple[Tensor, Tensor]:
+    """PPO's pessimistic surrogate over the range ``[1 - low, 1 + high]``: the per-token loss
+    and the detached flag of tokens whose clipped term is strictly smaller (no gradient)."""
+    plain = ratio * advantages
+    bounded = torch.clamp(ratio, 1.0 - low, 1.0 + high) * advantages
+    return -torch.minimum(plain, bounded), (bounded < plain).detach()
+
+
 def _check_clips(cliprange_low: float, cliprange_high: float) -> None:
     for name, value in (("cliprange_low", cliprange_low), ("cliprange_high", cliprange_high)):
         if value < 0:
@@ -199,11 +209,8 @@ def compute_dapo_clip_loss(
     _check_column("advantages", advantages, policy_log_probs)
     _check_clips(cliprange_low, cliprange_high)
     ratio = torch.exp(policy_log_probs - old_log_probs.detach())
-    unclipped = ratio * advantages
-    clipped = torch.clamp(ratio, 1.0 - cliprange_low, 1.0 + cliprange_high) * advantages
-    loss = -torch.minimum(unclipped, clipped)
-    metadata = {"clipped": (clipped < unclipped).detach(), "ratio": ratio.detach()}
-    return loss, metadata
+    loss, clipped = _clipped_surrogate(ratio, advantages, cliprange_low, cliprange_high)
+    return loss, {"clipped": clipped, "ratio": ratio.detach()}
 
 
 def compute_gspo_loss(
@@ -248,12 +255,9 @@ def compute_gspo_loss(
     _check_clips(cliprange_low, cliprange_high)
     log_ratio = policy_log_probs - old_log_probs.detach()
     seq_log_ratio = masked_mean_or_zero(log_ratio, response_mask, dim=-1).unsqueeze(-1)
-    ratio = torch.exp(seq_log_ratio.detach() + policy_log_probs - policy_log_probs.detach())
-    unclipped = ratio * advantages
-    clipped = torch.clamp(ratio, 1.0 - cliprange_low, 1.0 + cliprange_high) * advantages
-    loss = -torch.minimum(unclipped, clipped)
-    metadata = {"clipped": (clipped < unclipped).detach(), "ratio": ratio.detach()}
-    return loss, metadata
+    seq_ratio = torch.exp(seq_log_ratio.detach() + policy_log_probs - policy_log_probs.detach())
+    loss, clipped = _clipped_surrogate(seq_ratio, advantages, cliprange_low, cliprange_high)
+    return loss, {"clipped": clipped, "ratio": seq_ratio.detach()}
 
 
 def compute_cispo_loss(
