@@ -7,7 +7,16 @@ The stateful shell lives in :mod:`reasoning_core.runtime` and is never imported 
 neither are transformers or vllm (models and tokenizers are passed in and duck-typed).
 """
 
-from .advantages import compute_group_normalized_rewards, group_normalize
+from .advantages import (
+    ADVANTAGE_ESTIMATORS,
+    batch_std_advantages,
+    compute_advantages,
+    compute_group_normalized_rewards,
+    group_normalize,
+    reinforce_pp_advantages,
+    rloo_advantages,
+)
+from .controls import CONTROL_REWARDS, control_rewards, random_rewards
 from .correction import (
     RATIO_BAND,
     apply_token_weights,
@@ -15,6 +24,7 @@ from .correction import (
     mismatch_warning,
     tis_weights,
 )
+from .kl import KL_ESTIMATORS, kl_penalty
 from .logprobs import (
     CHUNK_ELEMENTS,
     compute_entropy,
@@ -24,44 +34,70 @@ from .logprobs import (
 from .losses import (
     LENGTH_NORMS,
     LOSS_TYPES,
+    compute_cispo_loss,
+    compute_dapo_clip_loss,
     compute_grpo_clip_loss,
     compute_grpo_no_clip_loss,
+    compute_gspo_loss,
     compute_naive_policy_gradient_loss,
     compute_policy_gradient_loss,
+    compute_sapo_loss,
     grpo_loss,
     grpo_microbatch_train_step,
     sft_loss,
     sft_microbatch_train_step,
+    token_mean_constant,
 )
 from .masked import masked_mean, masked_normalize
 from .preference import dpo_loss, sequence_log_probs
+from .presets import PRESETS
+from .sampling_filters import dynamic_sampling_keep, mask_truncated, soft_overlong_penalty
 from .tokenization import tokenize_prompt_and_output
 
 __all__ = [
+    "ADVANTAGE_ESTIMATORS",
     "CHUNK_ELEMENTS",
+    "CONTROL_REWARDS",
+    "KL_ESTIMATORS",
     "LENGTH_NORMS",
     "LOSS_TYPES",
+    "PRESETS",
     "RATIO_BAND",
     "apply_token_weights",
+    "batch_std_advantages",
+    "compute_advantages",
+    "compute_cispo_loss",
+    "compute_dapo_clip_loss",
     "compute_entropy",
     "compute_group_normalized_rewards",
     "compute_grpo_clip_loss",
     "compute_grpo_no_clip_loss",
+    "compute_gspo_loss",
     "compute_naive_policy_gradient_loss",
     "compute_policy_gradient_loss",
+    "compute_sapo_loss",
+    "control_rewards",
     "dpo_loss",
+    "dynamic_sampling_keep",
     "get_response_log_probs",
     "group_normalize",
     "grpo_loss",
     "grpo_microbatch_train_step",
+    "kl_penalty",
     "log_probs_from_logits",
     "logprob_mismatch",
+    "mask_truncated",
     "masked_mean",
     "masked_normalize",
     "mismatch_warning",
+    "random_rewards",
+    "reinforce_pp_advantages",
+    "rloo_advantages",
     "sequence_log_probs",
     "sft_loss",
     "sft_microbatch_train_step",
+    "soft_overlong_penalty",
     "tis_weights",
+    "token_mean_constant",
     "tokenize_prompt_and_output",
 ]

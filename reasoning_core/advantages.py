@@ -1,4 +1,21 @@
-"""Group-normalized advantages (GRPO, Shao et al. 2024, "DeepSeekMath", section 4.1.2)."""
+"""Advantages of sampled responses from their scalar rewards.
+
+GRPO's group-normalized advantages (Shao et al. 2024, "DeepSeekMath", section 4.1.2) and the
+estimators that followed it, all pure functions of a flat reward vector whose consecutive
+blocks of ``group_size`` responses share a prompt:
+
+==================  ==========================================  =================================
+estimator           advantage of response ``i`` of group ``g``  paper
+==================  ==========================================  =================================
+``grpo``            (r - mean_g) / (std_g + eps)                Shao et al. 2024
+``dr_grpo``         r - mean_g                                  Liu et al. 2025 (Dr. GRPO)
+``rloo``            r - mean of the other G-1 rewards of g      Ahmadian et al. 2024 (RLOO)
+``batch_std``       (r - mean_g) / (std over the batch + eps)   Liu et al. 2025 (LitePPO)
+``reinforce_pp``    (r - batch mean) / (batch std + eps)        Hu 2025 (REINFORCE++)
+==================  ==========================================  =================================
+
+:func:`compute_advantages` dispatches on the name (:data:`ADVANTAGE_ESTIMATORS`).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +25,17 @@ import torch
 
 from ._typing import Float, Tensor
 
-__all__ = ["compute_group_normalized_rewards", "group_normalize"]
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "batch_std_advantages",
+    "compute_advantages",
+    "compute_group_normalized_rewards",
+    "group_normalize",
+    "reinforce_pp_advantages",
+    "rloo_advantages",
+]
+
+ADVANTAGE_ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "batch_std", "reinforce_pp")
 
 
 def _check_group_size(n: int, group_size: int) -> None:
@@ -140,3 +167,129 @@ def compute_group_normalized_rewards(
         **stats,
     }
     return advantages, raw_rewards, metadata
+
+
+def _last_dim_std(x: Tensor) -> Tensor:
+    """Unbiased std (as ``torch.std``) over the last dimension, kept; 0 for one element."""
+    if x.shape[-1] > 1:
+        return x.std(dim=-1, keepdim=True)
+    return torch.zeros_like(x[..., :1])
+
+
+def rloo_advantages(
+    raw_rewards: Float[Tensor, "*batch n"],
+    group_size: int,
+) -> tuple[Float[Tensor, "*batch n"], dict[str, Tensor]]:
+    r"""REINFORCE leave-one-out advantages (Kool et al. 2019; Ahmadian et al. 2024, "Back to
+    Basics: Revisiting REINFORCE Style Optimization for Learning from Human Feedback in LLMs").
+
+    Each response's baseline is the mean reward of the *other* responses to the same prompt:
+
+    .. math::
+        A_i = r_i - \frac{1}{G-1}\sum_{j \ne i} r_j = \frac{G}{G-1}\,(r_i - \bar r)
+
+    so the baseline of response ``i`` does not depend on ``r_i`` (raising ``r_i`` by ``d``
+    raises ``A_i`` by exactly ``d`` and lowers each other ``A_j`` of its group by
+    ``d / (G - 1)``), which keeps the gradient estimate unbiased. A group whose rewards are all
+    equal gets exactly 0.
+
+    >>> rloo_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0]), 3)[0]
+    tensor([ 1.0000, -0.5000, -0.5000,  0.0000,  0.0000,  0.0000])
+
+    Args:
+        raw_rewards: rewards, the last dimension holding ``N`` responses in groups.
+        group_size: ``G >= 2`` responses per group (a baseline needs another response).
+
+    Returns:
+        ``(advantages, metadata)``: advantages of ``raw_rewards``' shape and
+        :func:`group_normalize`'s statistics.
+
+    Raises:
+        ValueError: if ``group_size < 2`` or does not divide ``N``.
+    """
+    _check_group_size(raw_rewards.shape[-1], group_size)
+    if group_size < 2:
+        raise ValueError(f"rloo needs group_size >= 2 (a leave-one-out baseline), got {group_size}")
+    centered, metadata = group_normalize(raw_rewards, group_size, 0.0, normalize_by_std=False)
+    return centered * (group_size / (group_size - 1)), metadata
+
+
+def batch_std_advantages(
+    raw_rewards: Float[Tensor, "*batch n"],
+    group_size: int,
+    advantage_eps: float,
+) -> tuple[Float[Tensor, "*batch n"], dict[str, Tensor]]:
+    r"""Group mean, batch std (LitePPO: Liu et al. 2025, "Tricks or Traps? A Deep Dive into RL
+    for LLM Reasoning", section 4.1).
+
+    .. math:: A_i = \frac{r_i - \mathrm{mean}(r_{g(i)})}{\mathrm{std}(r_1..r_N) + \epsilon}
+
+    The std is the unbiased std of the raw rewards over the whole batch (all ``N`` responses
+    along the last dimension), so a group whose rewards barely differ is not blown up as
+    GRPO's per-group std does. With one group it is GRPO's advantage. (verl's
+    "REINFORCE++-baseline" divides by the std of the group-centered rewards instead.) A group
+    whose rewards are all equal gets exactly 0.
+
+    Returns:
+        ``(advantages, metadata)`` as :func:`group_normalize`.
+    """
+    centered, metadata = group_normalize(raw_rewards, group_size, 0.0, normalize_by_std=False)
+    std = _last_dim_std(raw_rewards)
+    # Where every reward of the batch is equal, every group is constant and centered == 0.
+    denom = torch.where(std > 0, std + advantage_eps, torch.ones_like(std))
+    return centered / denom, metadata
+
+
+def reinforce_pp_advantages(
+    raw_rewards: Float[Tensor, "*batch n"],
+    advantage_eps: float,
+) -> tuple[Float[Tensor, "*batch n"], dict[str, Tensor]]:
+    r"""REINFORCE++ advantages (Hu 2025, "REINFORCE++: A Simple and Efficient Approach for
+    Aligning Large Language Models", eq. 8): the outcome reward normalized over the whole
+    batch, with no group baseline.
+
+    .. math:: A_i = \frac{r_i - \mathrm{mean}(r_1..r_N)}{\mathrm{std}(r_1..r_N) + \epsilon}
+
+    (the per-token KL of the paper's return is a separate term here:
+    :func:`reasoning_core.kl.kl_penalty`). A batch whose rewards are all equal gets exactly 0.
+
+    Returns:
+        ``(advantages, metadata)``: ``metadata`` as :func:`group_normalize` with the whole
+        batch as one group.
+    """
+    n = raw_rewards.shape[-1]
+    if n == 0:
+        raise ValueError("reinforce_pp needs at least one reward")
+    return group_normalize(raw_rewards, n, advantage_eps, normalize_by_std=True)
+
+
+def compute_advantages(
+    raw_rewards: Float[Tensor, "*batch n"],
+    group_size: int,
+    estimator: str,
+    advantage_eps: float,
+) -> tuple[Float[Tensor, "*batch n"], dict[str, Tensor]]:
+    """Advantages by the estimator's name, one of :data:`ADVANTAGE_ESTIMATORS`.
+
+    ``grpo`` and ``dr_grpo`` are :func:`group_normalize` with and without the std division;
+    ``rloo``, ``batch_std`` and ``reinforce_pp`` are the functions of those names (the last
+    ignores ``group_size``). The Dr. GRPO method also sums each response's loss over a
+    constant instead of its length: the preset ``reasoning_core.presets.PRESETS["dr_grpo"]``
+    pairs the estimator with that reduction.
+
+    Raises:
+        ValueError: on an unknown estimator, or as the estimator's function.
+    """
+    if estimator == "grpo":
+        return group_normalize(raw_rewards, group_size, advantage_eps, normalize_by_std=True)
+    if estimator == "dr_grpo":
+        return group_normalize(raw_rewards, group_size, advantage_eps, normalize_by_std=False)
+    if estimator == "rloo":
+        return rloo_advantages(raw_rewards, group_size)
+    if estimator == "batch_std":
+        return batch_std_advantages(raw_rewards, group_size, advantage_eps)
+    if estimator == "reinforce_pp":
+        return reinforce_pp_advantages(raw_rewards, advantage_eps)
+    raise ValueError(
+        f"unknown advantage estimator {estimator!r}; expected one of {ADVANTAGE_ESTIMATORS}"
+    )

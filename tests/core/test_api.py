@@ -164,3 +164,31 @@ def test_annotations_hold_on_plain_and_vmapped_calls():
     # ... and a wrong shape is caught by the annotation.
     with pytest.raises(Exception, match="(?i)type-check|shape|dimension|violates"):
         clip(adv, lp, old[:, :4], 0.2)
+
+
+def test_annotations_of_the_policy_gradient_variants_hold():
+    gen = torch.Generator().manual_seed(0)
+    lp = -torch.rand(3, 5, generator=gen)
+    old, ref = lp + 0.1, lp - 0.1
+    adv = torch.randn(3, 1, generator=gen)
+    mask = torch.rand(3, 5, generator=gen) > 0.3
+    rewards = torch.rand(6, generator=gen)
+
+    _checked(rc.compute_dapo_clip_loss)(adv, lp, old, 0.2, 0.28)
+    _checked(rc.compute_gspo_loss)(adv, lp, old, mask, 3e-4, 4e-4)
+    _checked(rc.compute_cispo_loss)(adv, lp, old, 1.0, 0.28)
+    _checked(rc.compute_sapo_loss)(adv, lp, old)
+    _checked(rc.kl_penalty)(lp, ref, "k2")
+    _checked(rc.token_mean_constant)(mask)
+    for name in rc.ADVANTAGE_ESTIMATORS:
+        _checked(rc.compute_advantages)(rewards, 3, name, 1e-6)
+    _checked(rc.dynamic_sampling_keep)(rewards, 3)
+    _checked(rc.mask_truncated)(mask, torch.tensor([True, False, False]))
+    _checked(rc.soft_overlong_penalty)(torch.tensor([3, 9]), 10, 4)
+    _checked(rc.random_rewards)(rewards, gen)
+    vmap(lambda a, p, o, m: _checked(rc.compute_gspo_loss)(a, p, o, m, 0.1, 0.1))(
+        adv, lp, old, mask
+    )
+    vmap(lambda r: _checked(rc.compute_advantages)(r, 3, "rloo", 1e-6))(rewards.reshape(2, 3))
+    with pytest.raises(Exception, match="(?i)type-check|shape|dimension|violates"):
+        _checked(rc.compute_gspo_loss)(adv, lp, old, mask[:, :4], 0.1, 0.1)
