@@ -50,7 +50,7 @@ from reasoning_core.runtime.dpo_pairs import (
     save_round,
     split_validation,
 )
-from reasoning_core.runtime.pair_logprobs import tokens_log_probs, with_eos
+from reasoning_core.runtime.pair_logprobs import document_batch, tokens_log_probs, with_eos
 from reasoning_core.runtime.policy import load_policy, make_optimizer
 from reasoning_core.runtime.rng import Stream, step_rng
 from reasoning_core.runtime.run import (
@@ -82,8 +82,10 @@ class DPOConfig(CommonConfig):
     hh_dir: str = ""
     """pairs: hh: the folder of the four HH train files (harmless-base.jsonl.gz, ...)."""
     pair_template: Literal["none", "alpaca"] = "none"
-    """How a pair's prompt is shown to the model: none (as it is) or alpaca (the Alpaca
-    template around the instruction, as the supplement does for HH)."""
+    """How a pair's prompt is shown to the model: none (as it is) or alpaca (pairs: jsonl or hh;
+    each response scored as the pair's Alpaca document, the tokenizer's BOS where it adds one,
+    the template, the response, EOS: as the supplement does for HH). alpaca needs
+    append_eos: true."""
     append_eos: bool = False
     """Append the end-of-sequence token after each response (the supplement's HH recipe)."""
     reference_path: str = ""
@@ -152,6 +154,16 @@ class DPOConfig(CommonConfig):
             raise ConfigError("setting 'hh_dir' is required with pairs: hh")
         if self.pairs != "verified" and self.n_dpo_rounds != 1:
             raise ConfigError("setting 'n_dpo_rounds' > 1 needs pairs: verified (resampled)")
+        if self.pair_template == "alpaca" and self.pairs == "verified":
+            raise ConfigError(
+                "setting 'pair_template: alpaca' wraps the instructions of pairs: jsonl or hh; "
+                "verified pairs are already prompted in the task's template"
+            )
+        if self.pair_template == "alpaca" and not self.append_eos:
+            raise ConfigError(
+                "setting 'pair_template: alpaca' scores Alpaca documents, which end with the EOS "
+                "token: set append_eos: true"
+            )
         if self.pairs != "verified" and (self.sample_only or self.first_round_pairs):
             raise ConfigError("settings 'sample_only' and 'first_round_pairs' need pairs: verified")
         super().validate()
@@ -184,18 +196,26 @@ def load_reference(cfg: DPOConfig) -> torch.nn.Module:
 
 class PairTokens:
     """A set of pairs tokenized once (chosen and rejected as two batches) with the
-    reference's sequence log-probs of each, computed once without gradient."""
+    reference's sequence log-probs of each, computed once without gradient. With
+    ``pair_template: alpaca`` a pair is two Alpaca documents of its ``instruction``
+    (:func:`~reasoning_core.runtime.pair_logprobs.document_batch`); otherwise prompt and
+    response are tokenized apart as they stand (the EOS appended with ``append_eos``)."""
 
     def __init__(self, pairs: list[dict], tokenizer: Any, reference: Any, cfg: DPOConfig):
-        prompts = [p["prompt"] for p in pairs]
         chosen = [p["chosen"] for p in pairs]
         rejected = [p["rejected"] for p in pairs]
-        if cfg.append_eos:
-            chosen = [with_eos(r, tokenizer) for r in chosen]
-            rejected = [with_eos(r, tokenizer) for r in rejected]
         self.n = len(pairs)
-        self.chosen = tokenize_pairs(prompts, chosen, tokenizer)
-        self.rejected = tokenize_pairs(prompts, rejected, tokenizer)
+        if cfg.pair_template == "alpaca":
+            instructions = [p["instruction"] for p in pairs]
+            self.chosen = document_batch(tokenizer, instructions, chosen)
+            self.rejected = document_batch(tokenizer, instructions, rejected)
+        else:
+            prompts = [p["prompt"] for p in pairs]
+            if cfg.append_eos:
+                chosen = [with_eos(r, tokenizer) for r in chosen]
+                rejected = [with_eos(r, tokenizer) for r in rejected]
+            self.chosen = tokenize_pairs(prompts, chosen, tokenizer)
+            self.rejected = tokenize_pairs(prompts, rejected, tokenizer)
         ref_c, ref_r = [], []
         with torch.no_grad():
             for start in range(0, self.n, max(8, cfg.micro_batch_size)):

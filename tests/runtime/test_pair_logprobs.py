@@ -6,7 +6,8 @@ import math
 import torch
 from tiny_model import EOS, build_model, build_tokenizer
 
-from reasoning_core.runtime.pair_logprobs import alpaca_prompt, per_instance_dpo
+from envs.alpaca import alpaca_prompt
+from reasoning_core.runtime.pair_logprobs import per_instance_dpo
 
 PROMPT = "what is 12 * 4?"
 CHOSEN = "12 * 4 = 48"
