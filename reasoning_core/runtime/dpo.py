@@ -38,7 +38,7 @@ from typing import Any, Literal
 import torch
 
 from reasoning_core import dpo_loss
-from reasoning_core.runtime.batching import MicroBatchSize, tokenize_pairs
+from reasoning_core.runtime.batching import MicroBatchSize
 from reasoning_core.runtime.checkpoint import save_checkpoint
 from reasoning_core.runtime.config import ConfigError
 from reasoning_core.runtime.dpo_pairs import (
@@ -50,7 +50,7 @@ from reasoning_core.runtime.dpo_pairs import (
     save_round,
     split_validation,
 )
-from reasoning_core.runtime.pair_logprobs import document_batch, tokens_log_probs, with_eos
+from reasoning_core.runtime.pair_logprobs import pair_batches, tokens_log_probs
 from reasoning_core.runtime.policy import load_policy, make_optimizer
 from reasoning_core.runtime.rng import Stream, step_rng
 from reasoning_core.runtime.run import (
@@ -154,15 +154,11 @@ class DPOConfig(CommonConfig):
             raise ConfigError("setting 'hh_dir' is required with pairs: hh")
         if self.pairs != "verified" and self.n_dpo_rounds != 1:
             raise ConfigError("setting 'n_dpo_rounds' > 1 needs pairs: verified (resampled)")
-        if self.pair_template == "alpaca" and self.pairs == "verified":
+        if self.pair_template == "alpaca" and (self.pairs == "verified" or not self.append_eos):
             raise ConfigError(
-                "setting 'pair_template: alpaca' wraps the instructions of pairs: jsonl or hh; "
-                "verified pairs are already prompted in the task's template"
-            )
-        if self.pair_template == "alpaca" and not self.append_eos:
-            raise ConfigError(
-                "setting 'pair_template: alpaca' scores Alpaca documents, which end with the EOS "
-                "token: set append_eos: true"
+                "setting 'pair_template: alpaca' scores Alpaca documents (which end with the EOS "
+                "token: set append_eos: true) of pairs: jsonl or hh (verified pairs are already "
+                "prompted in the task's template)"
             )
         if self.pairs != "verified" and (self.sample_only or self.first_round_pairs):
             raise ConfigError("settings 'sample_only' and 'first_round_pairs' need pairs: verified")
@@ -195,27 +191,14 @@ def load_reference(cfg: DPOConfig) -> torch.nn.Module:
 
 
 class PairTokens:
-    """A set of pairs tokenized once (chosen and rejected as two batches) with the
-    reference's sequence log-probs of each, computed once without gradient. With
-    ``pair_template: alpaca`` a pair is two Alpaca documents of its ``instruction``
-    (:func:`~reasoning_core.runtime.pair_logprobs.document_batch`); otherwise prompt and
-    response are tokenized apart as they stand (the EOS appended with ``append_eos``)."""
+    """A set of pairs tokenized once (chosen and rejected as two batches,
+    :func:`~reasoning_core.runtime.pair_logprobs.pair_batches`) with the reference's sequence
+    log-probs of each, computed once without gradient."""
 
     def __init__(self, pairs: list[dict], tokenizer: Any, reference: Any, cfg: DPOConfig):
-        chosen = [p["chosen"] for p in pairs]
-        rejected = [p["rejected"] for p in pairs]
         self.n = len(pairs)
-        if cfg.pair_template == "alpaca":
-            instructions = [p["instruction"] for p in pairs]
-            self.chosen = document_batch(tokenizer, instructions, chosen)
-            self.rejected = document_batch(tokenizer, instructions, rejected)
-        else:
-            prompts = [p["prompt"] for p in pairs]
-            if cfg.append_eos:
-                chosen = [with_eos(r, tokenizer) for r in chosen]
-                rejected = [with_eos(r, tokenizer) for r in rejected]
-            self.chosen = tokenize_pairs(prompts, chosen, tokenizer)
-            self.rejected = tokenize_pairs(prompts, rejected, tokenizer)
+        alpaca = cfg.pair_template == "alpaca"
+        self.chosen, self.rejected = pair_batches(pairs, tokenizer, alpaca, cfg.append_eos)
         ref_c, ref_r = [], []
         with torch.no_grad():
             for start in range(0, self.n, max(8, cfg.micro_batch_size)):

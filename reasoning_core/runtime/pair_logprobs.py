@@ -50,6 +50,28 @@ def document_batch(tokenizer: Any, instructions: list[str], responses: list[str]
     )
 
 
+def pair_batches(
+    pairs: list[dict], tokenizer: Any, alpaca: bool, append_eos: bool
+) -> tuple[TokenBatch, TokenBatch]:
+    """The chosen and the rejected responses of ``{prompt, chosen, rejected}`` pairs as two
+    token batches: with ``alpaca``, two Alpaca documents of each pair's ``instruction``
+    (:func:`document_batch`); otherwise prompt and response tokenized apart as they stand, the
+    EOS appended with ``append_eos``."""
+    chosen = [p["chosen"] for p in pairs]
+    rejected = [p["rejected"] for p in pairs]
+    if alpaca:
+        instructions = [p["instruction"] for p in pairs]
+        return (
+            document_batch(tokenizer, instructions, chosen),
+            document_batch(tokenizer, instructions, rejected),
+        )
+    prompts = [p["prompt"] for p in pairs]
+    if append_eos:
+        chosen = [with_eos(r, tokenizer) for r in chosen]
+        rejected = [with_eos(r, tokenizer) for r in rejected]
+    return tokenize_pairs(prompts, chosen, tokenizer), tokenize_pairs(prompts, rejected, tokenizer)
+
+
 def with_eos(response: str, tokenizer: Any) -> str:
     """``response`` followed by the tokenizer's end-of-sequence token (as text, which the
     tokenizer reads back as that one token)."""
