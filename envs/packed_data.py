@@ -1,35 +1,32 @@
 """Packed instruction-tuning data (the supplement's SFT on `{prompt, response}` pairs).
 
-Each document is the Alpaca template (`envs/prompts/alpaca_sft.prompt`) filled with one pair,
-tokenized with the tokenizer's own special tokens (Llama 3 adds its BOS), then followed by the
-EOS token as the delimiter. All documents (shuffled first when asked) form one token stream,
+Each pair is one Alpaca document (`envs.alpaca.alpaca_document`: the tokenizer's BOS where it
+adds one, the template filled with the pair, the EOS token right after the response), as the
+handout's reference packing has it: `...response<|end_of_text|><|begin_of_text|>Below is...`
+with the Llama 3 tokenizer. All documents (shuffled first when asked) form one token stream,
 cut into consecutive non-overlapping chunks of `seq_length`; the tail that does not fill a
 chunk is dropped. `labels` are the inputs shifted by one, across chunk boundaries: chunk `i`
 holds `stream[i*L : (i+1)*L]` as inputs and `stream[i*L+1 : (i+1)*L+1]` as labels.
 
 `iterate_batches` walks one epoch in batches and keeps the last partial batch; `len()` of it
-is the number of batches and each batch's `size` is its number of sequences.
+is the number of batches. Each batch is a mapping with `input_ids` and `labels`, as the
+handout's training loop reads it (`batch["input_ids"]`); the same tensors are attributes
+(`batch.input_ids`), and `size` is its number of sequences.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
 from torch.utils.data import Dataset
 
-from envs.base import DataError, load_prompt, read_jsonl, render
-
-TEMPLATE = "alpaca_sft"
-
-
-def render_document(prompt: str, response: str, template: str = TEMPLATE) -> str:
-    """The Alpaca template filled with one `{prompt, response}` pair."""
-    return render(load_prompt(template), {"instruction": prompt, "response": response})
+from envs.alpaca import alpaca_document
+from envs.base import DataError, read_jsonl
 
 
 def read_pairs(path: str | Path) -> list[tuple[str, str]]:
@@ -57,13 +54,6 @@ def pack_tokens(stream: list[int], seq_length: int) -> tuple[torch.Tensor, torch
     return inputs, labels
 
 
-def document_tokens(tokenizer, text: str) -> list[int]:
-    """The document's ids with the tokenizer's special tokens (BOS where it adds one) + EOS."""
-    if tokenizer.eos_token_id is None:
-        raise ValueError("the tokenizer has no EOS token to delimit documents")
-    return list(tokenizer(text)["input_ids"]) + [tokenizer.eos_token_id]
-
-
 class PackedSFTDataset(Dataset):
     """Fixed-length chunks of the concatenated, EOS-delimited Alpaca documents of a JSONL."""
 
@@ -75,7 +65,7 @@ class PackedSFTDataset(Dataset):
             random.Random(seed).shuffle(pairs)
         stream: list[int] = []
         for prompt, response in pairs:
-            stream.extend(document_tokens(tokenizer, render_document(prompt, response)))
+            stream.extend(alpaca_document(tokenizer, prompt, response).ids)
         self.seq_length = seq_length
         self.n_tokens = len(stream)
         self.input_ids, self.labels = pack_tokens(stream, seq_length)
@@ -90,11 +80,27 @@ class PackedSFTDataset(Dataset):
 
 
 @dataclass
-class Batch:
-    """One batch of chunks: `input_ids` and `labels` are `(size, seq_length)`."""
+class Batch(Mapping):
+    """One batch of chunks: `input_ids` and `labels` are `(size, seq_length)`, read as keys
+    (`batch["labels"]`, `dict(batch)`) or as attributes."""
 
     input_ids: torch.Tensor
     labels: torch.Tensor
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        if key not in self._keys():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+    @classmethod
+    def _keys(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
 
     @property
     def size(self) -> int:

@@ -30,6 +30,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from envs.alpaca import alpaca_prompt
 from envs.base import (
     DATA_DIR,
     DataError,
@@ -78,13 +79,14 @@ gsm8k_number_reward_fn.fast = gsm8k_number_reward_fn
 
 
 def instruction_prompt(instruction: str, template: str = "zero_shot_system_prompt") -> str:
-    """`instruction` in one of the two supplement templates; `alpaca_sft` is cut at its
-    `{response}` (the response follows `### Response:` and its newline directly, as in
-    training)."""
+    """`instruction` in one of the two supplement templates; `alpaca_sft` is the Alpaca
+    document's head (`envs.alpaca.alpaca_prompt`: the response follows `### Response:` and its
+    newline directly, as in training)."""
     if template not in SUPPLEMENT_TEMPLATES:
         raise ValueError(f"unknown supplement template {template!r}; known: {SUPPLEMENT_TEMPLATES}")
-    text = load_prompt(template).partition("{response}")[0]
-    return render(text, {"instruction": instruction})
+    if template == "alpaca_sft":
+        return alpaca_prompt(instruction)
+    return render(load_prompt(template), {"instruction": instruction})
 
 
 class _SupplementTask(Task):

@@ -8,13 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from envs.packed_data import (
-    PackedSFTDataset,
-    document_tokens,
-    iterate_batches,
-    pack_tokens,
-    render_document,
-)
+from envs.alpaca import alpaca_document, alpaca_text
+from envs.packed_data import PackedSFTDataset, iterate_batches, pack_tokens
 
 
 def llama3_tokenizer():
@@ -39,8 +34,9 @@ class CharTokenizer:
 
     bos_token_id, eos_token_id = 1, 2
 
-    def __call__(self, text):
-        return {"input_ids": [self.bos_token_id] + [3 + (ord(c) % 50) for c in text]}
+    def __call__(self, text, add_special_tokens=True):
+        ids = [3 + (ord(c) % 50) for c in text]
+        return {"input_ids": [self.bos_token_id] * add_special_tokens + ids}
 
 
 def test_handout_example_tokens_0_to_10_give_two_chunks():
@@ -58,14 +54,14 @@ def test_dataset_concatenates_documents_with_eos_and_indexes(tmp_path):
     pairs = [("add 1 and 2", "3"), ("say hi", "hi"), ("name a colour", "red")]
     path = write_pairs(tmp_path / "d.jsonl", pairs)
     tok = CharTokenizer()
-    stream = [t for p, r in pairs for t in document_tokens(tok, render_document(p, r))]
+    stream = [t for p, r in pairs for t in alpaca_document(tok, p, r).ids]
     ds = PackedSFTDataset(tok, path, seq_length=16, shuffle=False)
     assert len(ds) == (len(stream) - 1) // 16
     for i in range(len(ds)):
         assert ds[i]["input_ids"].tolist() == stream[16 * i : 16 * i + 16]
         assert ds[i]["labels"].tolist() == stream[16 * i + 1 : 16 * i + 17]
         assert ds[i]["input_ids"].shape == (16,)
-    assert stream.count(2) == 3  # one EOS per document
+    assert stream.count(2) == stream.count(1) == 3  # one BOS and one EOS per document
     with pytest.raises(IndexError):
         ds[len(ds)]
 
@@ -87,7 +83,7 @@ def test_real_llama3_tokenizer_bos_template_and_eos(tmp_path):
     pairs = [("What is 2+2?", "4."), ("Name a primary colour.", "Blue.")]
     path = write_pairs(tmp_path / "d.jsonl", pairs)
     ds = PackedSFTDataset(tok, path, seq_length=8, shuffle=False)
-    first = tok(render_document(*pairs[0]))["input_ids"]
+    first = tok(alpaca_text(*pairs[0]))["input_ids"]
     assert first[0] == tok.convert_tokens_to_ids("<|begin_of_text|>") == 128000
     stream = torch.cat([ds.input_ids.flatten(), ds.labels[-1, -1:]]).tolist()
     assert stream[: len(first)] == first

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from envs.alpaca import tokenizer_adds_bos
 from envs.base import load_prompt, render
 from envs.supplement import read_safety_outputs
 from reasoning_core.runtime.engines import ENGINE_DEFAULT
@@ -194,12 +195,6 @@ def judge_prompts(
             text = text[len(bos) :]
         prompts.append(text)
     return prompts
-
-
-def tokenizer_adds_bos(tokenizer: Any) -> bool:
-    """True when ``tokenizer`` puts its BOS before a text it encodes with special tokens."""
-    bos_id = getattr(tokenizer, "bos_token_id", None)
-    return bos_id is not None and tokenizer("x").input_ids[:1] == [bos_id]
 
 
 def build_engine(cfg: SafetyJudgeConfig) -> RolloutEngine:

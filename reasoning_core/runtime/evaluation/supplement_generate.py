@@ -3,7 +3,9 @@ prompts, written in the format each one's judge reads (the supplement's ``alpaca
 and ``sst_baseline`` (a), and their after-SFT counterparts).
 
 Each prompt goes into the zero-shot system prompt (a base model) or the Alpaca template (a
-model tuned on it); decoding is greedy and stops at ``# Query:`` by default, as the handout
+model tuned on it: the engine is prompted with the Alpaca document's prompt ids,
+:func:`envs.alpaca.alpaca_prompt_ids`, the tokenizer's BOS included where it adds one, on
+every engine); decoding is greedy and stops at ``# Query:`` by default, as the handout
 asks. ``rrl supplement-generate --config F --out DIR`` writes ``config.yaml``, the outputs
 (``alpaca_eval.json``: the JSON array the ``alpaca_eval`` command reads;
 ``simple_safety_tests.jsonl``: the input of ``rrl safety-judge``), ``summary.json`` (count,
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from envs.alpaca import engine_prompt
 from envs.supplement import (
     instruction_prompt,
     load_alpaca_eval,
@@ -99,9 +102,9 @@ class SupplementGenerateConfig:
         check_model_folder(self.model_path)
 
 
-def build_engine(cfg: SupplementGenerateConfig) -> RolloutEngine:
-    """The engine ``rrl eval`` would build for the same model and placement settings."""
-    eval_cfg = evaluate.EvalConfig(
+def eval_config(cfg: SupplementGenerateConfig) -> evaluate.EvalConfig:
+    """The ``rrl eval`` settings of the same model and placement."""
+    return evaluate.EvalConfig(
         model_path=cfg.model_path,
         engine=cfg.engine,
         device=cfg.device,
@@ -109,8 +112,19 @@ def build_engine(cfg: SupplementGenerateConfig) -> RolloutEngine:
         max_model_len=cfg.max_model_len,
         gpu_memory_utilization=cfg.gpu_memory_utilization,
     )
+
+
+def build_engine(cfg: SupplementGenerateConfig) -> RolloutEngine:
+    """The engine ``rrl eval`` would build for the same model and placement settings."""
+    eval_cfg = eval_config(cfg)
     print(f"[supplement-generate] engine: {evaluate.engine_kind(eval_cfg)}", file=sys.stderr)
     return evaluate.build_engine(eval_cfg)
+
+
+def load_tokenizer(cfg: SupplementGenerateConfig) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(cfg.model_path)
 
 
 def load_prompts(cfg: SupplementGenerateConfig) -> list[dict]:
@@ -131,7 +145,13 @@ def run_generate(cfg: SupplementGenerateConfig, out: str | Path) -> dict[str, An
     save_config(cfg, out)
     engine = build_engine(cfg)
     params = eval_params(cfg, include_stop_str_in_output=False)
-    prompts = [instruction_prompt(text, cfg.template) for text in instructions]
+    # vLLM adds the tokenizer's BOS itself; the hf and static engines read it from the text.
+    vllm = evaluate.engine_kind(eval_config(cfg)) == "vllm"
+    tokenizer = load_tokenizer(cfg)
+    prompts = [
+        engine_prompt(tokenizer, instruction_prompt(text, cfg.template), engine_adds_bos=vllm)
+        for text in instructions
+    ]
     t1 = time.perf_counter()
     outputs: list[str] = []
     for start in range(0, len(prompts), cfg.eval_batch_size):

@@ -57,8 +57,8 @@ from reasoning_core.runtime.trainers.lifecycle import (
     setup_training,
     start_run,
 )
-from reasoning_core.runtime.training.batching import MicroBatchSize, tokenize_pairs
-from reasoning_core.runtime.training.pair_logprobs import tokens_log_probs, with_eos
+from reasoning_core.runtime.training.batching import MicroBatchSize
+from reasoning_core.runtime.training.pair_logprobs import pair_batches, tokens_log_probs
 from reasoning_core.runtime.training.policy import load_policy, make_optimizer
 from reasoning_core.runtime.training.rollouts import Rollouts, load_questions
 from reasoning_core.runtime.training.settings import (
@@ -82,8 +82,10 @@ class DPOConfig(CommonConfig):
     hh_dir: str = ""
     """pairs: hh: the folder of the four HH train files (harmless-base.jsonl.gz, ...)."""
     pair_template: Literal["none", "alpaca"] = "none"
-    """How a pair's prompt is shown to the model: none (as it is) or alpaca (the Alpaca
-    template around the instruction, as the supplement does for HH)."""
+    """How a pair's prompt is shown to the model: none (as it is) or alpaca (pairs: jsonl or hh;
+    each response scored as the pair's Alpaca document, the tokenizer's BOS where it adds one,
+    the template, the response, EOS: as the supplement does for HH). alpaca needs
+    append_eos: true."""
     append_eos: bool = False
     """Append the end-of-sequence token after each response (the supplement's HH recipe)."""
     reference_path: str = ""
@@ -152,6 +154,12 @@ class DPOConfig(CommonConfig):
             raise ConfigError("setting 'hh_dir' is required with pairs: hh")
         if self.pairs != "verified" and self.n_dpo_rounds != 1:
             raise ConfigError("setting 'n_dpo_rounds' > 1 needs pairs: verified (resampled)")
+        if self.pair_template == "alpaca" and (self.pairs == "verified" or not self.append_eos):
+            raise ConfigError(
+                "setting 'pair_template: alpaca' scores Alpaca documents (which end with the EOS "
+                "token: set append_eos: true) of pairs: jsonl or hh (verified pairs are already "
+                "prompted in the task's template)"
+            )
         if self.pairs != "verified" and (self.sample_only or self.first_round_pairs):
             raise ConfigError("settings 'sample_only' and 'first_round_pairs' need pairs: verified")
         super().validate()
@@ -183,19 +191,14 @@ def load_reference(cfg: DPOConfig) -> torch.nn.Module:
 
 
 class PairTokens:
-    """A set of pairs tokenized once (chosen and rejected as two batches) with the
-    reference's sequence log-probs of each, computed once without gradient."""
+    """A set of pairs tokenized once (chosen and rejected as two batches,
+    :func:`~reasoning_core.runtime.training.pair_logprobs.pair_batches`) with the reference's sequence
+    log-probs of each, computed once without gradient."""
 
     def __init__(self, pairs: list[dict], tokenizer: Any, reference: Any, cfg: DPOConfig):
-        prompts = [p["prompt"] for p in pairs]
-        chosen = [p["chosen"] for p in pairs]
-        rejected = [p["rejected"] for p in pairs]
-        if cfg.append_eos:
-            chosen = [with_eos(r, tokenizer) for r in chosen]
-            rejected = [with_eos(r, tokenizer) for r in rejected]
         self.n = len(pairs)
-        self.chosen = tokenize_pairs(prompts, chosen, tokenizer)
-        self.rejected = tokenize_pairs(prompts, rejected, tokenizer)
+        alpaca = cfg.pair_template == "alpaca"
+        self.chosen, self.rejected = pair_batches(pairs, tokenizer, alpaca, cfg.append_eos)
         ref_c, ref_r = [], []
         with torch.no_grad():
             for start in range(0, self.n, max(8, cfg.micro_batch_size)):

@@ -8,7 +8,8 @@ is one round of that from the current policy (the questions and the sampling see
 round, as EI and GRPO key theirs by step).
 
 Each pair is ``{"prompt", "chosen", "rejected"}`` with the prompt as the policy sees it
-(``pair_template: alpaca`` wraps a bare instruction first). :func:`split_validation` holds
+(``pair_template: alpaca`` wraps a bare instruction first, keeping it as ``instruction``: the
+trainer scores such a pair as two Alpaca documents, :func:`envs.alpaca.alpaca_document`). :func:`split_validation` holds
 out a seeded set of pairs.
 
 Round 1's verified pairs can be sampled apart (:func:`sample_first_round`, ``rrl dpo --set
@@ -28,15 +29,14 @@ from typing import Any
 import yaml
 
 from envs import DataError
+from envs.alpaca import alpaca_prompt
 from envs.pairs import load_hh, read_pairs
 from reasoning_core.runtime.errors import ConfigError
 from reasoning_core.runtime.run.metrics import write_json_atomic
-from reasoning_core.runtime.run.resume import RESUME_MAY_CHANGE
 from reasoning_core.runtime.run.rng import Stream, step_rng
 from reasoning_core.runtime.settings import provenance
 from reasoning_core.runtime.settings.config import save_config
 from reasoning_core.runtime.trainers import lifecycle as run_lifecycle
-from reasoning_core.runtime.training.pair_logprobs import alpaca_prompt
 from reasoning_core.runtime.training.policy import load_policy
 from reasoning_core.runtime.training.rollouts import (
     RolloutBatch,
@@ -171,9 +171,10 @@ def load_pairs(cfg: Any) -> tuple[list[dict], dict[str, Any]]:
 
 
 def templated(cfg: Any, pair: dict) -> dict:
-    """``pair`` with its prompt in ``cfg.pair_template`` (``none``: as it is)."""
+    """``pair`` with its prompt in ``cfg.pair_template`` (``none``: as it is; ``alpaca``: the
+    Alpaca head, the bare prompt kept as ``instruction``)."""
     if cfg.pair_template == "alpaca":
-        return {**pair, "prompt": alpaca_prompt(pair["prompt"])}
+        return {**pair, "instruction": pair["prompt"], "prompt": alpaca_prompt(pair["prompt"])}
     return pair
 
 

@@ -1,7 +1,7 @@
 """Batches: tokenize once, cut into micro batches, back off on CUDA out-of-memory.
 
 * :func:`tokenize_pairs` tokenizes a whole batch of (prompt, response) pairs once into a
-  :class:`TokenBatch`; :func:`micro_batches` cuts chosen rows of it into :class:`MicroBatch`
+  :class:`TokenBatch` (:func:`token_batch` lays out pairs already tokenized the same way); :func:`micro_batches` cuts chosen rows of it into :class:`MicroBatch`
   slices, each trimmed to its own longest row (padding past it is never computed).
 * :class:`MicroBatchSize` is the micro-batch size of every training or scoring pass: on
   ``torch.OutOfMemoryError`` it redoes the pass with a divisor of the size
@@ -67,6 +67,26 @@ def tokenize_pairs(prompts: list[str], responses: list[str], tokenizer: Any) -> 
     # Used length of a row = one past its last response token (responses end the sequence).
     lengths = torch.where(mask, positions + 1, torch.zeros_like(positions)).amax(dim=1)
     return TokenBatch(batch["input_ids"], batch["labels"], mask, lengths)
+
+
+def token_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: int) -> TokenBatch:
+    """A :class:`TokenBatch` of pairs already tokenized (prompt ids, response ids), laid out as
+    :func:`tokenize_pairs` lays out the ids ``tokenize_prompt_and_output`` makes: each row is
+    the prompt's ids then the response's, right-padded with ``pad_id``, shifted by one into
+    ``input_ids`` and ``labels``; ``response_mask`` marks the labels that are response ids."""
+    if len(prompts) != len(responses):
+        raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+    sequences = [list(p) + list(r) for p, r in zip(prompts, responses, strict=True)]
+    width = max((len(s) for s in sequences), default=1)
+    ids = torch.full((len(sequences), width), int(pad_id), dtype=torch.long)
+    mask = torch.zeros((len(sequences), max(width - 1, 0)), dtype=torch.bool)
+    for row, (prompt, seq) in enumerate(zip(prompts, sequences, strict=True)):
+        ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+        # labels[j] is seq[j + 1]: a response id when len(prompt) <= j + 1 < len(seq).
+        mask[row, max(len(prompt) - 1, 0) : len(seq) - 1] = True
+    lengths = torch.tensor([len(seq) - 1 for seq in sequences], dtype=torch.long)
+    lengths = torch.where(mask.any(dim=1), lengths, torch.zeros_like(lengths))
+    return TokenBatch(ids[:, :-1], ids[:, 1:], mask, lengths)
 
 
 def micro_batches(

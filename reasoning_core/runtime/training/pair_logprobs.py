@@ -4,15 +4,16 @@ DPO loss.
 :func:`response_log_probs` scores responses to prompts under one model (the sum of each
 response's token log-probs, :func:`reasoning_core.sequence_log_probs`); :func:`per_instance_dpo`
 is the CS336 supplement's ``per_instance_dpo(lm, lm_ref, tokenizer, beta, prompt,
-response_chosen, response_rejected)``: the prompt in the Alpaca template, the end-of-sequence
-token after each response, the reference model on any device (its log-probs move to the
-policy's), the loss on the policy's device.
+response_chosen, response_rejected)``: each response scored as the response part of the
+pair's Alpaca document (:func:`envs.alpaca.alpaca_document`: the tokenizer's BOS where it adds
+one, the Alpaca head, the response, the end-of-sequence token), the very ids instruction tuning
+packs and generation is prompted with; the reference model on any device (its log-probs move to
+the policy's), the loss on the policy's device.
 
 The handout notes that ``log pi(y_w|x) - log pi(y_l|x)`` equals the difference of the log-probs
-of the whole sequences ``x + y_w`` and ``x + y_l``, the prompt's log-prob cancelling. Here the
-prompt and the response are tokenized apart (:func:`reasoning_core.tokenize_prompt_and_output`)
-and only the response tokens are summed, which is the same difference when the prompt's tokens
-are the same in both sequences, and exact at the boundary when they would not be.
+of the whole sequences ``x + y_w`` and ``x + y_l``, the prompt's log-prob cancelling. The
+document's prompt ids are the same for both responses, and only the response's tokens (EOS
+included) are summed: that same difference, without computing the prompt's log-prob.
 """
 
 from __future__ import annotations
@@ -21,22 +22,54 @@ from typing import Any
 
 import torch
 
-from envs.base import load_prompt, render
+from envs.alpaca import alpaca_document
 from reasoning_core import dpo_loss, sequence_log_probs
 from reasoning_core.runtime.training.batching import (
     TokenBatch,
     micro_batches,
     policy_log_probs,
+    token_batch,
     tokenize_pairs,
 )
 
 
-def alpaca_prompt(instruction: str) -> str:
-    """``instruction`` in the supplement's Alpaca template (``envs/prompts/alpaca_sft.prompt``,
-    the one packed instruction tuning fills), up to and including ``### Response:`` and its
-    newline: the response follows directly."""
-    head, _, _ = load_prompt("alpaca_sft").partition("{response}")
-    return render(head, {"instruction": instruction})
+def pad_id(tokenizer: Any) -> int:
+    """The tokenizer's pad id, its EOS id when it has none (padding is never scored)."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad is None:
+        raise ValueError("the tokenizer has neither a pad token nor an EOS token to pad with")
+    return int(pad)
+
+
+def document_batch(tokenizer: Any, instructions: list[str], responses: list[str]) -> TokenBatch:
+    """The Alpaca documents of ``(instruction, response)`` pairs as a :class:`TokenBatch`
+    whose response mask covers each response's tokens and its EOS."""
+    docs = [alpaca_document(tokenizer, i, r) for i, r in zip(instructions, responses, strict=True)]
+    return token_batch(
+        [d.prompt_ids for d in docs], [d.response_ids for d in docs], pad_id(tokenizer)
+    )
+
+
+def pair_batches(
+    pairs: list[dict], tokenizer: Any, alpaca: bool, append_eos: bool
+) -> tuple[TokenBatch, TokenBatch]:
+    """The chosen and the rejected responses of ``{prompt, chosen, rejected}`` pairs as two
+    token batches: with ``alpaca``, two Alpaca documents of each pair's ``instruction``
+    (:func:`document_batch`); otherwise prompt and response tokenized apart as they stand, the
+    EOS appended with ``append_eos``."""
+    chosen = [p["chosen"] for p in pairs]
+    rejected = [p["rejected"] for p in pairs]
+    if alpaca:
+        instructions = [p["instruction"] for p in pairs]
+        return (
+            document_batch(tokenizer, instructions, chosen),
+            document_batch(tokenizer, instructions, rejected),
+        )
+    prompts = [p["prompt"] for p in pairs]
+    if append_eos:
+        chosen = [with_eos(r, tokenizer) for r in chosen]
+        rejected = [with_eos(r, tokenizer) for r in rejected]
+    return tokenize_pairs(prompts, chosen, tokenizer), tokenize_pairs(prompts, rejected, tokenizer)
 
 
 def with_eos(response: str, tokenizer: Any) -> str:
@@ -84,15 +117,15 @@ def per_instance_dpo(
 ) -> torch.Tensor:
     """The per-instance DPO loss of one pair (the supplement's ``per_instance_dpo``).
 
-    ``prompt`` goes into the Alpaca template, each response is followed by the end-of-sequence
-    token; the chosen and the rejected response are scored in one batch under ``lm`` (with the
-    gradient) and under ``lm_ref`` (without; on its own device, then moved to ``lm``'s). Returns
-    the scalar loss on ``lm``'s device."""
-    prompts = [alpaca_prompt(prompt)] * 2
-    responses = [with_eos(response_chosen, tokenizer), with_eos(response_rejected, tokenizer)]
-    policy, _ = response_log_probs(lm, tokenizer, prompts, responses)
+    Each response is scored as the response part of the Alpaca document of ``(prompt,
+    response)`` (its tokens and the end-of-sequence token); the chosen and the rejected
+    response are scored in one batch under ``lm`` (with the gradient) and under ``lm_ref``
+    (without; on its own device, then moved to ``lm``'s). Returns the scalar loss on ``lm``'s
+    device."""
+    tokens = document_batch(tokenizer, [prompt] * 2, [response_chosen, response_rejected])
+    policy, _ = tokens_log_probs(lm, tokens, [0, 1])
     with torch.no_grad():
-        reference, _ = response_log_probs(lm_ref, tokenizer, prompts, responses)
+        reference, _ = tokens_log_probs(lm_ref, tokens, [0, 1])
     reference = reference.to(policy.device, policy.dtype)
     loss, _ = dpo_loss(policy[:1], policy[1:], reference[:1], reference[1:], beta)
     return loss[0]

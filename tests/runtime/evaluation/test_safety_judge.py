@@ -126,11 +126,8 @@ class ChatTokenizer:
         (message,) = messages
         return f"<|begin_of_text|><user>{message['content']}<assistant>"
 
-    def __call__(self, text):
-        class Encoded:
-            input_ids = [1, 7]
-
-        return Encoded()
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [1, 7] if add_special_tokens else [7]}
 
 
 def test_judge_prompts_use_the_chat_template_with_one_bos_on_every_engine():

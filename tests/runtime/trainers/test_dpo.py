@@ -211,6 +211,11 @@ def test_killed_run_resumes_to_the_same_metrics_and_weights(world, tmp_path, mon
             "sample_only",
         ),
         ({"batch_size": 6, "gradient_accumulation_steps": 4}, "batch_size"),
+        ({"pair_template": "alpaca", "append_eos": True}, "verified pairs are already prompted"),
+        (
+            {"pairs": "jsonl", "train_pairs": "x", "n_dpo_rounds": 1, "pair_template": "alpaca"},
+            "append_eos: true",
+        ),
     ],
 )
 def test_bad_settings_are_named(world, change, message):

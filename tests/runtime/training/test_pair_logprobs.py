@@ -6,7 +6,8 @@ import math
 import torch
 from tiny_model import EOS, build_model, build_tokenizer
 
-from reasoning_core.runtime.training.pair_logprobs import alpaca_prompt, per_instance_dpo
+from envs.alpaca import alpaca_prompt
+from reasoning_core.runtime.training.pair_logprobs import per_instance_dpo
 
 PROMPT = "what is 12 * 4?"
 CHOSEN = "12 * 4 = 48"
@@ -79,3 +80,33 @@ def test_a_reference_in_another_dtype_returns_the_loss_in_the_policys():
     lm, ref, tokenizer = _models()
     loss = per_instance_dpo(lm, ref.double(), tokenizer, 0.1, PROMPT, CHOSEN, REJECTED)
     assert loss.dtype == torch.float32 and torch.isfinite(loss)
+
+
+def test_with_llama3_the_loss_is_the_handouts_formula_on_the_bos_prefixed_documents(tmp_path):
+    """The supplement's formula: log pi(x + y_w) - log pi(x + y_l), each the whole sequence's
+    log-prob, over the token ids of the Alpaca documents, BOS first where the tokenizer adds
+    one (Llama 3's does); the prompt's log-prob cancels in the difference."""
+    from tiny_llama import llama3_tokenizer, save_tiny_llama
+    from transformers import AutoModelForCausalLM
+
+    from envs.alpaca import alpaca_document
+
+    tokenizer = llama3_tokenizer()
+    lm = AutoModelForCausalLM.from_pretrained(save_tiny_llama(tmp_path / "a", seed=1)).train()
+    ref = AutoModelForCausalLM.from_pretrained(save_tiny_llama(tmp_path / "b", seed=2)).eval()
+
+    def whole(model, response):
+        ids = alpaca_document(tokenizer, PROMPT, response).ids
+        assert ids[0] == tokenizer.bos_token_id
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([ids])).logits[0].double()
+        return sum(float(torch.log_softmax(logits[k - 1], -1)[ids[k]]) for k in range(1, len(ids)))
+
+    beta = 2.0
+    margin = beta * (
+        (whole(lm, CHOSEN) - whole(ref, CHOSEN)) - (whole(lm, REJECTED) - whole(ref, REJECTED))
+    )
+    want = -math.log(1.0 / (1.0 + math.exp(-margin)))
+    loss = per_instance_dpo(lm, ref, tokenizer, beta, PROMPT, CHOSEN, REJECTED)
+    assert abs(margin) > 1e-3
+    assert math.isclose(float(loss.detach()), want, rel_tol=1e-4, abs_tol=1e-5)
