@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
+from reasoning_core.runtime.run import metrics as run_metrics
 from reasoning_core.runtime.settings.config import yaml_problem
-from reasoning_core.runtime.trainers.lifecycle import metrics as run_metrics
 
 
 def read_metrics(run: str | Path, *, warn: bool = True) -> list[dict[str, Any]]:

@@ -28,7 +28,7 @@ import yaml
 
 from reasoning_core.runtime.errors import ConfigError, StateError
 from reasoning_core.runtime.run.checkpoint import replace_atomically, temporary_folder
-from reasoning_core.runtime.settings.provenance import provenance
+from reasoning_core.runtime.settings import provenance
 
 STATE_FILE = "trainer_state.pt"
 COUNTERS_FILE = "counters.json"

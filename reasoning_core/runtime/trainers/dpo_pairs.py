@@ -33,6 +33,7 @@ from envs.alpaca import alpaca_prompt
 from envs.pairs import load_hh, read_pairs
 from reasoning_core.runtime.errors import ConfigError
 from reasoning_core.runtime.run.metrics import write_json_atomic
+from reasoning_core.runtime.run.resume import RESUME_MAY_CHANGE
 from reasoning_core.runtime.run.rng import Stream, step_rng
 from reasoning_core.runtime.settings import provenance
 from reasoning_core.runtime.settings.config import save_config
