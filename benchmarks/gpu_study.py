@@ -16,7 +16,7 @@ checkout: about 37 MiB).
 
 1. builds a random-init model folder of the exact Qwen2.5-Math-1.5B architecture
    (``workflow/config/models/qwen2.5-math-1.5b.json``, bfloat16) with the real tokenizer
-   (``benchmarks/random_qwen.py``);
+   (``tools/random_qwen.py``);
 2. runs the gpu_math DAG through ``snakemake`` itself at reduced sizes
    (``workflow/config/gpu_math_reduced.yaml``: zero-shot on 64 MATH500 problems, SFT, filtered
    SFT, one EI iteration, two on-policy GRPO steps, one off-policy GRPO-Clip step, one
@@ -321,7 +321,7 @@ class Study:
     # -- phases ----------------------------------------------------------------------------
 
     def build_model(self, model: Path) -> dict:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
+        sys.path.insert(0, str(ROOT / "tools"))
         from random_qwen import build
 
         tok = STAGE / "qwen_tokenizer"
@@ -530,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--keep-work", action="store_true", help="do not empty --work first")
     args = ap.parse_args(argv)
     if args.command == "prepare":
-        sys.path.insert(0, str(ROOT / "benchmarks"))
+        sys.path.insert(0, str(ROOT / "tools"))
         print(json.dumps(prepare(), indent=1))
         return 0
     return run(args)

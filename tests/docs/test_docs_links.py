@@ -108,11 +108,11 @@ def test_links_and_named_paths_exist(document):
 
 def test_the_rules_pick_paths_and_leave_the_rest():
     text = (
-        "`benchmarks/readme_tables.py` `workflow/config/*.yaml` `sft/default` `rrl grpo` "
+        "`tools/readme_tables.py` `workflow/config/*.yaml` `sft/default` `rrl grpo` "
         "`results/grpo/default/seed~0/done.json` `reasoning_core.runtime.cli` "
         "`results/<run>/seed~<N>/` `docs/nowhere.md`\n```\n`envs/missing.py`\n```\n"
     )
-    assert named_paths(FENCE.sub("", text)) == ["benchmarks/readme_tables.py", "docs/nowhere.md"]
+    assert named_paths(FENCE.sub("", text)) == ["tools/readme_tables.py", "docs/nowhere.md"]
     assert slug("How our r1_zero grader differs from the handout's") == (
         "how-our-r1_zero-grader-differs-from-the-handouts"
     )

@@ -1,4 +1,4 @@
-"""benchmarks/ab_commits.py on the micro world: one SFT run at the same commit twice gives the
+"""tools/ab_commits.py on the micro world: one SFT run at the same commit twice gives the
 same metrics (what the script reports for a refactor) and a wall ratio."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def test_the_same_commit_twice_has_identical_metrics(tmp_path, capsys):
         pytest.skip("not a git checkout")
     world = build_world(tmp_path / "world")
     run_trainer(sft, {**SFT, **QUIET}, world, tmp_path / "saved")
-    script = load_script("benchmarks/ab_commits.py")
+    script = load_script("tools/ab_commits.py")
     argv = ["--old", "HEAD", "--new", "HEAD", "--command", "sft", "--rounds", "1"]
     argv += ["--config", str(tmp_path / "saved" / "config.yaml"), "--out", str(tmp_path / "ab")]
     assert script.main(argv) == 0

@@ -6,7 +6,7 @@ the larger of the two half-widths; then every ablation verdict (``clear``, with 
 difference) that differs between them. A verdict flips when one study calls a difference clear
 and the other does not, or both call it clear with opposite signs.
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/compare_studies.py \\
+    PYTHONPATH=$PWD .venv/bin/python tools/compare_studies.py \\
         --a results --b /path/to/other/results [--runs grpo ei]
 
 ``--runs`` keeps the runs whose folder starts with one of the given experiment names (and the

@@ -1,12 +1,12 @@
 """The results tables of README.md and docs/results.md are the committed study's: each
-document is exactly what benchmarks/readme_tables.py --write makes of it from results/."""
+document is exactly what tools/readme_tables.py --write makes of it from results/."""
 
 from __future__ import annotations
 
 import pytest
 from project_root import ROOT, load_script
 
-tables = load_script("benchmarks/readme_tables.py")
+tables = load_script("tools/readme_tables.py")
 
 
 @pytest.mark.parametrize("document", tables.DOCUMENTS)
@@ -16,7 +16,7 @@ def test_documents_show_the_committed_results(document):
     found = [m.group(2) for m in tables.BLOCK.finditer(text)]
     assert "runs" in found, f"{document} has no results:runs block"
     assert text == tables.render(text, generated), (
-        f"{document} differs from results/: run python benchmarks/readme_tables.py --write"
+        f"{document} differs from results/: run python tools/readme_tables.py --write"
     )
 
 

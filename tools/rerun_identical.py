@@ -5,7 +5,7 @@ script: each run named below is trained again by the current code from the ``con
 saved, into ``--out``, and its ``metrics.jsonl`` is compared line by line with the saved one on
 every key except those starting with ``time/`` (wall-clock measurements, docs/contract.md).
 
-    python benchmarks/rerun_identical.py --base results/base --out /tmp/rerun \
+    python tools/rerun_identical.py --base results/base --out /tmp/rerun \
         results/sft/default results/ei/default results/grpo/default
 
 ``--base`` replaces the saved ``model_path`` (the committed runs name ``results/base``, whose

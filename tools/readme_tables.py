@@ -1,7 +1,7 @@
 """Write the results tables of README.md and docs/results.md from a study's ``results/``.
 
-    python benchmarks/readme_tables.py --write          # rewrite the blocks in both documents
-    python benchmarks/readme_tables.py [--results results] [--compare OLD_ABLATIONS_TSV]
+    python tools/readme_tables.py --write          # rewrite the blocks in both documents
+    python tools/readme_tables.py [--results results] [--compare OLD_ABLATIONS_TSV]
 
 Each document holds blocks between ``<!-- results:NAME -->`` and ``<!-- /results:NAME -->``;
 ``--write`` replaces every block's body with what :data:`BLOCKS` gives for ``results/``,
@@ -15,7 +15,7 @@ whether it is clear of 0; ``zero_shot``, every run against zero-shot; ``verdicts
 comparisons as sentences grouped by verdict; ``jobs``, the job time per family from the rules'
 benchmark files (``results/benchmarks/``). ``--compare`` prints the (metric, run, baseline)
 comparisons whose verdict differs between that older ``ablations.tsv`` and this one.
-``tests/benchmarks/test_readme_tables.py`` fails when a committed document differs from what
+``tests/tools/test_readme_tables.py`` fails when a committed document differs from what
 ``--write`` would make of the committed ``results/``.
 """
 

@@ -1,4 +1,4 @@
-"""benchmarks/rerun_identical.py, the check a refactor is held to: a run retrained from its saved
+"""tools/rerun_identical.py, the check a refactor is held to: a run retrained from its saved
 config.yaml by the same code is reported identical; a changed metric (not a time/ key) is not."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def test_a_rerun_is_identical_and_a_changed_metric_is_reported(tmp_path, capsys)
     world = build_world(tmp_path / "world")
     saved = tmp_path / "saved"
     run_trainer(sft, {**SFT, **QUIET}, world, saved)
-    script = load_script("benchmarks/rerun_identical.py")
+    script = load_script("tools/rerun_identical.py")
     out = tmp_path / "rerun"
     assert script.main([str(saved), "--out", str(out)]) == 0
     report = capsys.readouterr().out
@@ -46,7 +46,7 @@ def test_a_rerun_is_identical_and_a_changed_metric_is_reported(tmp_path, capsys)
 def test_a_renamed_setting_is_passed_under_its_new_name(tmp_path):
     """A zero-shot run saved before rrl eval's settings took the trainers' names reruns with
     them renamed one to one (values unchanged); a config with nothing renamed is used as is."""
-    script = load_script("benchmarks/rerun_identical.py")
+    script = load_script("tools/rerun_identical.py")
     run = tmp_path / "results" / "zero_shot" / "seed~0"
     run.mkdir(parents=True)
     (run / "config.yaml").write_text("model_path: m\nsplit: test\nlimit: 512\nseed: 0\n")
@@ -69,7 +69,7 @@ def test_a_renamed_setting_is_passed_under_its_new_name(tmp_path):
 def test_ignored_keys_are_left_out_of_the_comparison(tmp_path):
     """--ignore leaves out a key a change adds (a new metric) as time/ keys are; another key
     that differs is still reported."""
-    script = load_script("benchmarks/rerun_identical.py")
+    script = load_script("tools/rerun_identical.py")
     saved, rerun = tmp_path / "saved.jsonl", tmp_path / "rerun.jsonl"
     saved.write_text(json.dumps({"step": 1, "loss": 0.5, "time/train": 1.0}) + "\n")
     new = {"step": 1, "loss": 0.5, "time/train": 2.0, "rollout/logprob_diff_mean": 1e-7}
