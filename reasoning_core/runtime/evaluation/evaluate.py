@@ -78,6 +78,10 @@ class EvalConfig:
     template: str = "r1_zero"
     """Prompt template (r1_zero or question_only; countdown has its own), with its matching
     reward."""
+    chat_template: bool = False
+    """Put each prompt in the model's chat template as the user's turn (the format an instruct
+    model was tuned on, e.g. SmolLM2-Instruct); the reward reads the response as without it.
+    The model folder's tokenizer must have a chat template."""
     data_path: str | None = None
     """Read the split from this JSONL file instead of the vendored data."""
     eval_examples: int | None = None
@@ -223,6 +227,22 @@ def build_engine(
     )
 
 
+def chat_template_tokenizer(cfg: EvalConfig) -> Any:
+    """The tokenizer of ``cfg.model_path`` when setting ``chat_template`` is on (None when
+    off); a tokenizer without a chat template is an error naming the setting and the folder."""
+    if not cfg.chat_template:
+        return None
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
+    if not getattr(tokenizer, "chat_template", None):
+        raise ConfigError(
+            f"setting 'chat_template' is true but the tokenizer of {cfg.model_path} has no "
+            "chat template"
+        )
+    return tokenizer
+
+
 def engine_policy(engine: Any) -> tuple[Any, Any] | None:
     """``(model, tokenizer)`` when ``engine`` samples from a Hugging Face module it holds (the
     hf and static engines), else None (vLLM keeps its own copy of the weights)."""
@@ -254,6 +274,7 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
         raise ConfigError(f"setting {setting!r}: {exc}") from None
     if not examples:
         raise ConfigError(f"task {cfg.task!r} split {cfg.eval_split!r} has no examples")
+    chat_tokenizer = chat_template_tokenizer(cfg)  # before the folder, as a bad data file
     save_config(cfg, out)
     kind = engine_kind(cfg)
     print(f"[eval] rollout engine: {kind} (engine: {cfg.engine})", file=sys.stderr)
@@ -273,6 +294,7 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
         model=policy[0] if policy else None,
         tokenizer=policy[1] if policy else None,
         entropy_micro_batch_size=entropy_micro,
+        chat_tokenizer=chat_tokenizer,
     )
     if cfg.entropy and policy is None:  # a vLLM engine: free its memory, load the model with HF
         close_engine(engine)
@@ -287,6 +309,7 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
         "task": cfg.task,
         "split": cfg.eval_split,
         "template": cfg.template,
+        "chat_template": cfg.chat_template,
         "model_path": cfg.model_path,
         "metrics": summary,
         "categories": category_report(records, cfg.examples_per_category),

@@ -26,6 +26,18 @@ from reasoning_core.runtime.evaluation.summary import category, summarize, warn_
 from reasoning_core.runtime.training.batching import MicroBatchSize
 
 
+def chat_prompt(tokenizer: Any, text: str) -> str:
+    """``text`` as the user's turn of ``tokenizer``'s chat template, the assistant's turn
+    opened (``add_generation_prompt``), as a string: the engines tokenize it without adding
+    special tokens, so a template that opens with a BOS token writes it itself. Raises
+    ``ValueError`` when the tokenizer has no chat template."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("the tokenizer has no chat template")
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+    )
+
+
 def chunk_seed(seed: int | None, index: int) -> int | None:
     """Sampling seed of the ``index``-th engine call of one evaluation.
 
@@ -78,6 +90,7 @@ def evaluate_policy(
     model: Any = None,
     tokenizer: Any = None,
     entropy_micro_batch_size: MicroBatchSize | None = None,
+    chat_tokenizer: Any = None,
 ) -> EvalResult:
     r"""Sample ``params.n`` responses per example and grade them.
 
@@ -104,9 +117,14 @@ def evaluate_policy(
             no-gradient forward, ``entropy_micro_batch_size`` responses at a time, None: 8
             without back-off; it draws no
             random numbers). Without them ``entropy`` is None.
+        chat_tokenizer: when given, each formatted prompt is put in this tokenizer's chat
+            template as the user's turn (:func:`chat_prompt`), the format an instruct model was
+            tuned on; the records keep the prompt as sent.
     """
     t0 = time.perf_counter()
     prompts = [task.format_prompt(ex, template) for ex in examples]
+    if chat_tokenizer is not None:
+        prompts = [chat_prompt(chat_tokenizer, p) for p in prompts]
     step = batch_size or max(1, len(prompts))
     completions = []
     bar = None

@@ -149,11 +149,18 @@ def make_rollout_engine(cfg: CommonConfig, model, tokenizer):
 
     The hf and static engines sample from the module they are given, the live policy, unless
     setting ``sync_every`` (EI, GRPO) is above 1: then they get a copy of their own, which
-    keeps the weights of its last sync between syncs (vLLM always holds its own)."""
+    keeps the weights of its last sync between syncs (vLLM always holds its own).
+
+    vLLM computes in the policy's dtype unless ``engine_kwargs`` names another: its own
+    ``auto`` turns a float32 checkpoint into bfloat16 (on a CPU too), which put SmolLM2-135M's
+    engine 0.039 nats per token from its float32 policy in sync (docs/real_weights.md)."""
     kind = rollout_engine_kind(cfg, model)
     if getattr(cfg, "sync_every", 1) > 1 and kind in ("hf", "static"):
         model = copy.deepcopy(model)
-    return make_engine(kind, model, tokenizer, **engine_options(cfg.engine_kwargs, kind))
+    options = engine_options(cfg.engine_kwargs, kind)
+    if kind == "vllm":
+        options.setdefault("dtype", str(next(model.parameters()).dtype).removeprefix("torch."))
+    return make_engine(kind, model, tokenizer, **options)
 
 
 def auto_reason(model) -> str:

@@ -189,6 +189,30 @@ def test_make_rollout_engine_builds_the_resolved_engine(model_dir, monkeypatch):
     assert run.make_rollout_engine(cfg, model, tokenizer).span_step == 4
 
 
+def test_a_trainers_vllm_engine_computes_in_the_policys_dtype(model_dir, monkeypatch):
+    """vLLM's own dtype ``auto`` makes a float32 checkpoint bfloat16: the trainers pass the
+    policy's dtype instead, unless engine_kwargs names one."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    built = []
+    monkeypatch.setattr(run, "make_engine", lambda kind, m, t, **kw: built.append((kind, kw)))
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    cfg = CommonConfig(model_path=str(model_dir), engine="vllm", engine_kwargs={"seed": 3})
+    run.make_rollout_engine(cfg, model, None)
+    run.make_rollout_engine(cfg, model.to(torch.bfloat16), None)
+    cfg = CommonConfig(model_path=str(model_dir), engine="vllm", engine_kwargs={"dtype": "half"})
+    run.make_rollout_engine(cfg, model, None)
+    cfg = CommonConfig(model_path=str(model_dir), engine="hf")
+    run.make_rollout_engine(cfg, model, None)
+    assert built == [
+        ("vllm", {"seed": 3, "dtype": "float32"}),
+        ("vllm", {"seed": 3, "dtype": "bfloat16"}),
+        ("vllm", {"dtype": "half"}),
+        ("hf", {}),
+    ]
+
+
 def test_rrl_eval_auto_on_cpu_records_the_engine(model_dir, tmp_path, capsys):
     out = tmp_path / "eval"
     argv = [

@@ -507,3 +507,52 @@ def test_the_other_evaluation_commands_take_rrl_evals_names(cls):
         with pytest.raises(ConfigError, match=message):
             build_config(cls, {old: 1})
     assert fields["engine"].default == ENGINE_DEFAULT
+
+
+CHAT = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_chat_template_puts_each_prompt_in_the_users_turn(
+    tmp_path, monkeypatch, examples, task, capsys
+):
+    """With ``chat_template: true`` the engine gets each task prompt inside the tokenizer's
+    chat template (user turn, assistant turn opened), the generations record that prompt, and
+    the reward reads the responses as without it; a tokenizer without a template is named."""
+    plain = save_tiny_model(tmp_path / "plain")
+    chat = save_tiny_model(tmp_path / "chat")
+    config = json.loads((chat / "tokenizer_config.json").read_text())
+    (chat / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": CHAT}))
+    base = ["--set", "task=arithmetic", "--set", "eval_examples=6"]
+
+    def run(model, out, *extra):
+        engine = ScriptedEngine(scripted_for(examples))
+        monkeypatch.setattr(evaluate, "build_engine", lambda cfg: engine)
+        code = evaluate.main([*base, "--set", f"model_path={model}", *extra, "--out", str(out)])
+        return code, engine
+
+    code, engine = run(chat, tmp_path / "on", "--set", "chat_template=true")
+    assert code == 0
+    sent = engine.calls[0][0]
+    raw = [task.format_prompt(ex, "r1_zero") for ex in examples]
+    assert sent == [f"<|im_start|>user\n{p}<|im_end|>\n<|im_start|>assistant\n" for p in raw]
+    records = [
+        json.loads(x)
+        for x in (tmp_path / "on/generations/step_000000.jsonl").read_text().splitlines()
+    ]
+    assert [r["prompt"] for r in records] == sent
+    summary = json.loads((tmp_path / "on/summary.json").read_text())
+    assert summary["chat_template"] is True
+    code, engine = run(chat, tmp_path / "off")
+    assert code == 0 and engine.calls[0][0] == raw
+    off = json.loads((tmp_path / "off/done.json").read_text())
+    on = json.loads((tmp_path / "on/done.json").read_text())
+    assert on["eval_accuracy"] == off["eval_accuracy"] == pytest.approx(2 / 6)
+
+    capsys.readouterr()
+    code, engine = run(plain, tmp_path / "none", "--set", "chat_template=true")
+    assert code == 2 and engine.calls == []
+    assert "setting 'chat_template' is true but the tokenizer of" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
