@@ -150,10 +150,14 @@ def _check_type(name: str, value: Any, tp: Any, source: str) -> Any:
     return value
 
 
-def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -> T:
+def build_config(
+    cls: type[T], values: dict[str, Any], source: str = "config", *, validate: bool = True
+) -> T:
     """Instantiate dataclass ``cls`` from ``values``; unknown keys and bad types raise
     :class:`ConfigError` naming the setting and ``source``. Missing keys take defaults;
-    a field without a default that is missing is an error too."""
+    a field without a default that is missing is an error too. ``validate=False`` skips the
+    class's own ``validate()`` (which may look at files, e.g. the model folder): the workflow
+    checks its sweep tables that way when it plans, before the models exist."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     renamed = getattr(cls, "RENAMED", {})  # a settings class's old names -> its new ones
@@ -175,9 +179,9 @@ def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ConfigError(f"{source}: required setting {name!r} is missing")
     obj = cls(**kwargs)
-    validate = getattr(obj, "validate", None)
-    if callable(validate):
-        validate()
+    check = getattr(obj, "validate", None)
+    if validate and callable(check):
+        check()
     return obj
 
 

@@ -492,3 +492,39 @@ def test_dpo_family_plans_each_seed_from_the_same_sft_seed(config, sft_run, tmp_
         assert "--set model_path=workflow/resources/tiny_world " in command, command
     if config == "gpu_math":
         assert all(resources(j).get("gpu") == "1" for j in jobs)
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        pytest.param(
+            "lerning_rate\n3e-5\n",
+            "grpo_lr.tsv: column 'lerning_rate' is no setting of rrl grpo",
+            id="unknown-column",
+        ),
+        pytest.param(
+            "lr\n3e-5\nabc\n",
+            "grpo_lr.tsv: row 2 (line 3), column 'lr': setting 'lr' must be a number, got 'abc'",
+            id="wrong-type",
+        ),
+        pytest.param(
+            "lr\n3e-5\n1e-4\t2\n",
+            "grpo_lr.tsv: not a sweep table (Error tokenizing data. C error: Expected 1 fields "
+            "in line 3, saw 2",
+            id="extra-cell",
+        ),
+    ],
+)
+def test_a_bad_sweep_table_stops_the_plan_naming_table_row_and_column(table, message, tmp_path):
+    """What `rrl` would refuse when the job runs is refused by `snakemake -n` already."""
+    sweeps = tmp_path / "sweeps"
+    sweeps.mkdir()
+    (sweeps / "grpo_lr.tsv").write_text(table)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"methods: workflow/config/methods/tiny.yaml\nsweeps: {sweeps}\nfamilies: [grpo_lr]\n"
+    )
+    result = snakemake("-n", "--configfile", str(config), cwd=tmp_path)
+    assert result.returncode != 0
+    text = result.stderr + result.stdout
+    assert f"{sweeps}/{message}" in text, text
