@@ -20,6 +20,8 @@
 # of common_runs.smk expand them into every seed's done.json.
 
 import dataclasses
+import hashlib
+import json
 import math
 import posixpath
 import re
@@ -106,6 +108,15 @@ def _shipped_base_files():
 
 
 SHIPPED_BASE_FILES = _shipped_base_files()
+
+
+def section_digest(command):
+    """A digest of `command`'s resolved default settings (its section of the methods file with
+    `settings` over it). Jobs pass the methods file as a parameter with this digest beside it,
+    not as an input: they rerun when their own settings change, not when the file's bytes do
+    (a comment, another command's section)."""
+    text = json.dumps(METHOD_SETTINGS[command], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _yaml_value(value):
