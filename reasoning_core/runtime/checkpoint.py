@@ -12,7 +12,8 @@
 * ``check_model_folder(path)``: before any work, refuse a model folder that lacks or holds a
   damaged ``config.json``, weights (a truncated safetensors file included) or tokenizer, with
   a message naming the file, instead of an error deep in transformers (or, for a missing
-  tokenizer, a silently empty one).
+  tokenizer, a silently empty one); a folder with a ``SHA256SUMS`` file has every file it
+  lists checked against its digest.
 """
 
 from __future__ import annotations
@@ -150,7 +151,8 @@ def check_model_folder(path: str | Path, setting: str = "model_path") -> None:
     """Raise :class:`ConfigError` (naming ``setting`` and the file) unless ``path`` is a
     Hugging Face model folder with a readable ``config.json``, complete weights
     (``model.safetensors``, a sharded safetensors index and its shards, or PyTorch ``.bin``)
-    and a tokenizer."""
+    and a tokenizer, whose files match its ``SHA256SUMS`` when it has one
+    (:func:`verify_checksums`)."""
     folder = Path(path)
     prefix = f"setting {setting!r}: "
     if not folder.is_dir():
@@ -185,6 +187,9 @@ def check_model_folder(path: str | Path, setting: str = "model_path") -> None:
                 _read_json_file(folder / name, name)
     except ConfigError as exc:
         raise ConfigError(prefix + str(exc)) from None
+    # Weights damaged at the same size pass the checks above and fail deep in generation;
+    # a folder that lists its files' digests says which file changed.
+    verify_checksums(folder, setting)
 
 
 CHECKSUMS = "SHA256SUMS"
@@ -272,18 +277,29 @@ def save_state(
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_dir(final)
-    torch.save(
-        {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict() if scheduler is not None else None,
-            "rng": rng_state(),
-            "counters": counters,
-        },
-        tmp / STATE_FILE,
-    )
-    # A human-readable copy of the counters (the .pt file is authoritative).
-    (tmp / COUNTERS_FILE).write_text(json.dumps(counters, indent=2, default=str) + "\n")
+    try:
+        torch.save(
+            {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                "rng": rng_state(),
+                "counters": counters,
+            },
+            tmp / STATE_FILE,
+        )
+        # A human-readable copy of the counters (the .pt file is authoritative).
+        (tmp / COUNTERS_FILE).write_text(json.dumps(counters, indent=2, default=str) + "\n")
+    except (OSError, RuntimeError) as exc:
+        # torch reports a full disk as "RuntimeError: [enforce fail at inline_container.cc]
+        # ... unexpected pos"; the partial copy (possibly gigabytes) must not stay behind.
+        shutil.rmtree(tmp, ignore_errors=True)
+        kept = f"the state saved before stays in {final}" if final.exists() else "none was kept"
+        raise StateError(
+            f"saving the training state to {final} failed ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else exc!r}); {kept}. Is the disk full? "
+            "Free space, then run the same command to go on from the last saved state"
+        ) from None
     _swap_in(tmp, final)
     return final
 

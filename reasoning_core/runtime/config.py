@@ -259,32 +259,43 @@ def resolve_command(
     return cfg, args
 
 
-def check_same_settings(saved: str | Path, cfg: Any, *, may_change: set[str], what: str) -> None:
-    """Raise :class:`ConfigError` when the resolved ``cfg`` differs from the ``config.yaml`` at
-    ``saved`` in a setting outside ``may_change`` (placement: threads, device, progress bars).
-
-    Used before resuming a run: ``what`` (e.g. the state folder) was saved under ``saved``'s
-    settings, and continuing it under others would mix two experiments in one run folder.
-    Nothing to compare (no file) is not an error, nor is a setting only one side has (saved by
-    an older or newer version)."""
+def settings_changes(saved: str | Path, cfg: Any, *, may_change: set[str]) -> list[str]:
+    """How the resolved ``cfg`` differs from the ``config.yaml`` at ``saved``: one
+    ``"name old -> new"`` per setting outside ``may_change`` (placement: threads, device,
+    progress bars). Nothing to compare (no file) gives none, as does a setting only one side
+    has (saved by an older or newer version)."""
     saved = Path(saved)
     if not saved.is_file():
-        return
+        return []
     try:
         old = yaml.safe_load(saved.read_text(encoding="utf-8")) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{saved}: unreadable ({exc}); it describes {what}") from None
+        raise ConfigError(f"{saved}: unreadable ({exc})") from None
+    if not isinstance(old, dict):
+        raise ConfigError(f"{saved}: not a mapping of settings")
     data = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(cfg)
     new = yaml.safe_load(yaml.safe_dump(data, sort_keys=False))  # as save_config writes it
     # Only settings both sides know: one that a newer version added (or an older one had) says
     # nothing about this experiment.
     # The code's provenance (commit, versions) is no setting: a run resumes after a commit.
     ignored = set(may_change) | {provenance.KEY}
-    changes = [
+    return [
         f"{key} {old[key]!r} -> {new[key]!r}"
         for key in sorted(set(old) & set(new))
         if key not in ignored and old[key] != new[key]
     ]
+
+
+def check_same_settings(saved: str | Path, cfg: Any, *, may_change: set[str], what: str) -> None:
+    """Raise :class:`ConfigError` when the resolved ``cfg`` differs from the ``config.yaml`` at
+    ``saved`` in a setting outside ``may_change`` (:func:`settings_changes`).
+
+    Used before resuming a run: ``what`` (e.g. the state folder) was saved under ``saved``'s
+    settings, and continuing it under others would mix two experiments in one run folder."""
+    try:
+        changes = settings_changes(saved, cfg, may_change=may_change)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}; it describes {what}") from None
     if changes:
         raise ConfigError(
             f"{what} was saved by a run with other settings: {'; '.join(changes)} "

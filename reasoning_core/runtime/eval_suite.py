@@ -41,6 +41,7 @@ from reasoning_core.runtime.eval_loop import evaluate_policy
 from reasoning_core.runtime.evaluate import EvalConfig, build_engine, close_engine, engine_kind
 from reasoning_core.runtime.metrics import finished_run, write_generations, write_json_atomic
 from reasoning_core.runtime.rollout import SamplingParams
+from reasoning_core.runtime.run_folder import lock_run_folder, release_run_folder
 from reasoning_core.runtime.sampling import EVAL_RENAMED, eval_params
 
 #: protocol -> (temperature, max new tokens)
@@ -282,11 +283,12 @@ def write_tsv(path: Path, columns: tuple[str, ...], rows: list[dict]) -> None:
 def run_suite(cfg: EvalSuiteConfig, out: str | Path, *, progress: bool = True) -> dict[str, Any]:
     """Run the suite described by ``cfg`` into folder ``out``; returns ``done.json``'s data."""
     out = Path(out)
-    if (done := finished_run(out, "eval-suite")) is not None:
+    if (done := finished_run(out, "eval-suite", cfg)) is not None:
         return done
     t0 = time.perf_counter()
     data = {b: envs.get_task(b).load("test", limit=cfg.eval_examples) for b in cfg.benchmarks}
     published = read_published() if cfg.compare == "published" else []
+    lock_run_folder(out, "eval-suite")
     save_config(cfg, out)
     engine_cfg = cfg.engine_config()
     kind = engine_kind(engine_cfg)
@@ -329,6 +331,7 @@ def run_suite(cfg: EvalSuiteConfig, out: str | Path, *, progress: bool = True) -
         "wall_seconds": time.perf_counter() - t0,
     }
     write_json_atomic(out / "done.json", done)
+    release_run_folder(out)
     return done
 
 

@@ -52,6 +52,7 @@ from reasoning_core.runtime.metrics import (
     write_json_atomic,
 )
 from reasoning_core.runtime.rollout import RolloutEngine, SamplingParams
+from reasoning_core.runtime.run_folder import lock_run_folder, release_run_folder
 from reasoning_core.runtime.sampling import EVAL_RENAMED, eval_params
 
 # ---------------------------------------------------------------------------------------------
@@ -242,7 +243,7 @@ def close_engine(engine: Any) -> None:
 def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict[str, Any]:
     """Run the evaluation described by ``cfg`` into folder ``out``; returns ``done.json``'s data."""
     out = Path(out)
-    if (done := finished_run(out, "eval")) is not None:
+    if (done := finished_run(out, "eval", cfg)) is not None:
         return done
     t0 = time.perf_counter()
     task = envs.get_task(cfg.task)
@@ -253,6 +254,7 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
         raise ConfigError(f"setting {setting!r}: {exc}") from None
     if not examples:
         raise ConfigError(f"task {cfg.task!r} split {cfg.eval_split!r} has no examples")
+    lock_run_folder(out, "eval")
     save_config(cfg, out)
     kind = engine_kind(cfg)
     print(f"[eval] rollout engine: {kind} (engine: {cfg.engine})", file=sys.stderr)
@@ -325,6 +327,7 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
     }
     close_engine(engine)
     write_json_atomic(out / "done.json", done)
+    release_run_folder(out)
     return done
 
 

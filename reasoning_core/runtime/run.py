@@ -30,7 +30,13 @@ from tqdm.auto import tqdm
 import envs
 from reasoning_core.runtime import engines
 from reasoning_core.runtime.batching import MicroBatchSize
-from reasoning_core.runtime.checkpoint import find_state, load_state, save_checkpoint, save_state
+from reasoning_core.runtime.checkpoint import (
+    StateError,
+    find_state,
+    load_state,
+    save_checkpoint,
+    save_state,
+)
 from reasoning_core.runtime.config import (
     ConfigError,
     check_same_settings,
@@ -48,6 +54,11 @@ from reasoning_core.runtime.policy import (
     setup_torch,
 )
 from reasoning_core.runtime.rollout import RolloutEngine
+from reasoning_core.runtime.run_folder import (
+    check_run_folder,
+    lock_run_folder,
+    release_run_folder,
+)
 from reasoning_core.runtime.sampling import eval_params
 from reasoning_core.runtime.settings import RESUME_MAY_CHANGE, CommonConfig, engine_options
 from reasoning_core.runtime.trackers import open_trackers
@@ -63,10 +74,11 @@ def is_done(out: str | Path) -> bool:
 def start_run(
     cfg: CommonConfig, out: str | Path, method: str
 ) -> tuple[torch.device, envs.Task] | None:
-    """How every trainer starts: None (after saying so) when ``out`` is already complete;
-    otherwise set threads and seeds and return ``(device, task)``."""
-    if is_done(out):
-        print(f"[{method}] {out} is already complete (done.json)", file=sys.stderr)
+    """How every trainer starts: None (after saying so) when ``out`` already holds this run,
+    finished with the same settings; otherwise set threads and seeds and return
+    ``(device, task)``. A folder finished by another command or with other settings, or
+    holding files no run wrote, is refused (:func:`run_folder.check_run_folder`)."""
+    if check_run_folder(out, method, cfg, may_change=RESUME_MAY_CHANGE) is not None:
         return None
     setup_torch(cfg)
     return resolve_device(cfg.device), envs.get_task(cfg.task)
@@ -83,8 +95,9 @@ class RunContext:
         self.cfg = cfg
         self.method = method
         self.out = Path(out)
-        self.out.mkdir(parents=True, exist_ok=True)
         self.done = (self.out / "done.json").is_file()
+        if not self.done:  # one writer: held until the process ends or the run finishes
+            lock_run_folder(self.out, method)
         self.state_dir = self.out / "state"
         self.start = time.perf_counter()
         self.prior_elapsed = 0.0
@@ -121,9 +134,18 @@ class RunContext:
         """Restore the last saved state if there is one; else start the metrics afresh."""
         counters = load_state(self.state_dir, model=model, optimizer=optimizer, scheduler=scheduler)
         if counters is None:
-            self.metrics.truncate(0)
+            self.metrics.restore(0)
             return None
-        self.metrics.truncate(int(counters["metrics_offset"]))
+        try:
+            if "metrics_records" in counters:
+                self.metrics.restore(int(counters["metrics_records"]))
+            else:  # saved before records were counted
+                self.metrics.truncate(int(counters["metrics_offset"]))
+        except ValueError as exc:
+            raise StateError(
+                f"cannot resume from {self.state_dir}: {exc}. Put the file back as it was, or "
+                f"delete {self.state_dir} to start this run over"
+            ) from None
         self.prior_elapsed = float(counters.get("elapsed", 0.0))
         self.last_eval = counters.get("last_eval")
         print(f"[{self.method}] resumed from {self.state_dir} at {counters}", file=sys.stderr)
@@ -131,6 +153,7 @@ class RunContext:
 
     def save_state(self, model, optimizer, scheduler, **counters: Any) -> None:
         counters = dict(counters)
+        counters["metrics_records"] = self.metrics.records
         counters["metrics_offset"] = self.metrics.offset
         counters["elapsed"] = self.elapsed()
         counters["last_eval"] = self.last_eval
@@ -180,6 +203,7 @@ class RunContext:
         self.metrics.close()
         if self.state_dir.exists():
             shutil.rmtree(self.state_dir)
+        release_run_folder(self.out)
         return done
 
 
