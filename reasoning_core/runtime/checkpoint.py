@@ -6,7 +6,7 @@
 * ``save_state(path, ...)`` / ``load_state(path)``: everything a trainer needs to continue
   exactly where it stopped: model and optimizer and scheduler state dicts, the RNG states
   (python, numpy, torch, CUDA when present), and a small ``counters`` dict (step counters,
-  data position, metrics file offset, wall seconds so far). Written to a temporary folder and
+  data position, metrics records so far, wall seconds so far). Written to a temporary folder and
   swapped in with renames, so a process killed at any moment leaves either the old or the new
   state, never a torn one.
 * ``check_model_folder(path)``: before any work, refuse a model folder that lacks or holds a

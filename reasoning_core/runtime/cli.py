@@ -56,7 +56,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 def _usage() -> str:
     lines = ["usage: rrl <command> [options]", "", "commands:"]
-    lines += [f"  {name:<11} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
+    width = max(map(len, SUBCOMMANDS))
+    lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
     return "\n".join(lines)
 
 

@@ -348,7 +348,9 @@ def main(argv: list[str] | None = None) -> int:
         "eval-suite",
         argv,
         "The five-benchmark suite (AIME24, AMC23, MATH500, Minerva, OlympiadBench) under "
-        "several templates: suite.tsv, generations, and compare.tsv beside published numbers.",
+        "several templates: suite.tsv, generations, and compare.tsv beside published numbers.\n\n"
+        "  --compare published   also write compare.tsv, our accuracy beside the published one\n"
+        "                        (the same as --set compare=published)",
     )
     if resolved is None:
         return 2

@@ -28,7 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 import envs
-from reasoning_core.runtime import engines
+from reasoning_core.runtime import engines, run_folder
 from reasoning_core.runtime.batching import MicroBatchSize
 from reasoning_core.runtime.checkpoint import (
     StateError,
@@ -54,11 +54,6 @@ from reasoning_core.runtime.policy import (
     setup_torch,
 )
 from reasoning_core.runtime.rollout import RolloutEngine
-from reasoning_core.runtime.run_folder import (
-    check_run_folder,
-    lock_run_folder,
-    release_run_folder,
-)
 from reasoning_core.runtime.sampling import eval_params
 from reasoning_core.runtime.settings import RESUME_MAY_CHANGE, CommonConfig, engine_options
 from reasoning_core.runtime.trackers import open_trackers
@@ -66,19 +61,12 @@ from reasoning_core.runtime.trackers import open_trackers
 ENV_EXIT_AFTER = "RRL_EXIT_AFTER_STEP"  # test hook: hard-exit right after this optimizer step
 
 
-def is_done(out: str | Path) -> bool:
-    """True when ``out`` holds a finished run (its ``done.json`` is written last)."""
-    return (Path(out) / "done.json").is_file()
-
-
 def start_run(
     cfg: CommonConfig, out: str | Path, method: str
 ) -> tuple[torch.device, envs.Task] | None:
-    """How every trainer starts: None (after saying so) when ``out`` already holds this run,
-    finished with the same settings; otherwise set threads and seeds and return
-    ``(device, task)``. A folder finished by another command or with other settings, or
-    holding files no run wrote, is refused (:func:`run_folder.check_run_folder`)."""
-    if check_run_folder(out, method, cfg, may_change=RESUME_MAY_CHANGE) is not None:
+    """How every trainer starts: None (after saying so) when ``out`` holds this run finished,
+    else threads, seeds and ``(device, task)``; other folders: :func:`run_folder.check_run_folder`."""
+    if run_folder.check_run_folder(out, method, cfg, may_change=RESUME_MAY_CHANGE) is not None:
         return None
     setup_torch(cfg)
     return resolve_device(cfg.device), envs.get_task(cfg.task)
@@ -97,7 +85,7 @@ class RunContext:
         self.out = Path(out)
         self.done = (self.out / "done.json").is_file()
         if not self.done:  # one writer: held until the process ends or the run finishes
-            lock_run_folder(self.out, method)
+            run_folder.lock_run_folder(self.out, method)
         self.state_dir = self.out / "state"
         self.start = time.perf_counter()
         self.prior_elapsed = 0.0
@@ -136,10 +124,10 @@ class RunContext:
         if counters is None:
             self.metrics.restore(0)
             return None
-        try:
+        try:  # by counting records; a state saved before they were counted has its offset
             if "metrics_records" in counters:
                 self.metrics.restore(int(counters["metrics_records"]))
-            else:  # saved before records were counted
+            else:
                 self.metrics.truncate(int(counters["metrics_offset"]))
         except ValueError as exc:
             raise StateError(
@@ -154,7 +142,6 @@ class RunContext:
     def save_state(self, model, optimizer, scheduler, **counters: Any) -> None:
         counters = dict(counters)
         counters["metrics_records"] = self.metrics.records
-        counters["metrics_offset"] = self.metrics.offset
         counters["elapsed"] = self.elapsed()
         counters["last_eval"] = self.last_eval
         save_state(
@@ -203,7 +190,7 @@ class RunContext:
         self.metrics.close()
         if self.state_dir.exists():
             shutil.rmtree(self.state_dir)
-        release_run_folder(self.out)
+        run_folder.release_run_folder(self.out)
         return done
 
 

@@ -102,8 +102,8 @@ def check_run_folder(
                 f"{out / 'done.json'}: unreadable ({exc}); delete it to run again"
             ) from None
         print(
-            f"[{command}] {out} already holds this run, finished with the same settings "
-            "(done.json): nothing to do",
+            f"[{command}] {out} is already complete (done.json), with the same settings: "
+            "nothing to do",
             file=sys.stderr,
         )
         return done

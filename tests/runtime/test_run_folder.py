@@ -52,7 +52,9 @@ def test_an_identical_finished_run_is_skipped_and_said(tmp_path, capsys):
     out = _finished(tmp_path / "run", "grpo", Settings())
     done = check_run_folder(out, "grpo", Settings(num_threads=4), may_change={"num_threads"})
     assert done == {"method": "grpo", "step": 3}
-    assert "same settings" in capsys.readouterr().err
+    assert (
+        f"{out} is already complete (done.json), with the same settings" in capsys.readouterr().err
+    )
 
 
 def test_a_run_finished_with_other_settings_is_refused_naming_them(tmp_path):
