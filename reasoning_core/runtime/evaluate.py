@@ -42,6 +42,7 @@ from reasoning_core.runtime.eval_report import (
     category_report,
     eval_line_stats,
     is_one,
+    load_eval_examples,
     summarize,
     warn_grading,
 )
@@ -248,7 +249,7 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
     t0 = time.perf_counter()
     task = envs.get_task(cfg.task)
     try:  # before anything is written, so a bad data file leaves no run folder behind
-        examples = task.load(cfg.eval_split, path=cfg.data_path, limit=cfg.eval_examples)
+        examples = load_eval_examples(task, cfg, path=cfg.data_path)
     except ValueError as exc:  # envs.DataError (names file and line) or an unknown split
         setting = "data_path" if cfg.data_path else "eval_split"
         raise ConfigError(f"setting {setting!r}: {exc}") from None

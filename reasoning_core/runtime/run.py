@@ -44,7 +44,7 @@ from reasoning_core.runtime.config import (
     save_config,
 )
 from reasoning_core.runtime.engines import make_engine, resolve_engine
-from reasoning_core.runtime.evaluate import eval_line_stats, evaluate_policy
+from reasoning_core.runtime.evaluate import eval_line_stats, evaluate_policy, load_eval_examples
 from reasoning_core.runtime.metrics import MetricsWriter, write_generations, write_json_atomic
 from reasoning_core.runtime.policy import (
     load_policy,
@@ -65,7 +65,7 @@ def start_run(
     cfg: CommonConfig, out: str | Path, method: str
 ) -> tuple[torch.device, envs.Task] | None:
     """How every trainer starts: None (after saying so) when ``out`` holds this run finished,
-    else threads, seeds and ``(device, task)``; other folders: :func:`run_folder.check_run_folder`."""
+    else threads, seeds and ``(device, task)``; see :func:`run_folder.check_run_folder`."""
     if run_folder.check_run_folder(out, method, cfg, may_change=RESUME_MAY_CHANGE) is not None:
         return None
     setup_torch(cfg)
@@ -90,8 +90,8 @@ class RunContext:
         self.start = time.perf_counter()
         self.prior_elapsed = 0.0
         self.last_eval: dict[str, Any] | None = None
-        # When max_wall_seconds stopped the run: {"iterations_done": k, "iterations_planned": n}
-        self.budget_stop: dict[str, int] | None = None
+        self.iterations: dict[str, int] | None = None  # {"iterations_done", "iterations_planned"}
+        self.budget_stop: dict[str, int] | None = None  # the same, where max_wall_seconds stopped
         self.engine: str | None = None  # the rollout engine that ran (`auto` resolved)
         self.metrics: MetricsWriter | None = None
         if self.done:
@@ -161,16 +161,14 @@ class RunContext:
     def finish(self, model, tokenizer, *, step: int, extra: dict[str, Any] | None = None) -> dict:
         """Final checkpoint, ``done.json``; drop the resume state.
 
-        ``done.json``: ``method``, ``step`` (optimizer steps reached), the last evaluation's
-        ``eval_accuracy``/``eval_format_reward``/``eval_examples``, ``wall_seconds``,
-        ``stopped_on_budget`` (True when ``max_wall_seconds`` ended the run early, with
-        ``iterations_done`` of ``iterations_planned`` in the trainer's unit), ``engine`` (the
-        rollout engine that ran: setting ``engine`` with ``auto`` resolved), then ``extra``.
-
-        The same facts, less ``method``, go first into the last ``metrics.jsonl`` line (split
-        ``done``, ``step``; ``wall_seconds`` as its ``time/elapsed``): ``done.json`` marks the
-        run finished for the workflow and is not committed, ``metrics.jsonl`` is, and
-        ``rrl summary`` reads it alone."""
+        ``done.json``: ``method``, ``step`` and ``optimizer_steps`` (optimizer steps reached),
+        the last evaluation's ``eval_accuracy``/``eval_format_reward``/``eval_examples``,
+        ``wall_seconds``, ``stopped_on_budget`` (``max_wall_seconds`` ended the run early),
+        ``iterations_done`` of ``iterations_planned`` in the trainer's unit (GRPO steps as
+        ``n_grpo_steps`` counts them, EI steps, SFT optimizer steps), ``engine``, ``extra``. The
+        same facts but ``method``, ``optimizer_steps`` and (unless the budget stopped it) the
+        iterations go first into the last ``metrics.jsonl`` line (split ``done``; wall seconds as
+        its ``time/elapsed``), which ``rrl summary`` reads alone: ``done.json`` is not committed."""
         if self.cfg.save_checkpoint:
             save_checkpoint(model, tokenizer, self.out / "checkpoint")
         last = self.last_eval or {}
@@ -184,7 +182,8 @@ class RunContext:
             **(extra or {}),
         }
         record = self.log(facts, step=step, split="done")
-        done = {"method": self.method, "step": step, **facts}
+        done = {"method": self.method, "step": step, "optimizer_steps": step, **facts}
+        done.update(self.iterations if self.budget_stop is None and self.iterations else {})
         done["wall_seconds"] = record["time/elapsed"]
         write_json_atomic(self.out / "done.json", done)
         self.metrics.close()
@@ -209,7 +208,7 @@ class Evaluator:
         self.cfg = cfg
         self.task = task
         self.tokenizer = tokenizer
-        self.examples = task.load(cfg.eval_split, limit=cfg.eval_examples)
+        self.examples = load_eval_examples(task, cfg)
         self.params = eval_params(cfg)
         self.entropy_micro = MicroBatchSize(
             max(8, cfg.micro_batch_size),
@@ -350,6 +349,7 @@ def after_iteration(t: Training, total: int, **counters: int) -> bool:
     done = iterations[0] if iterations else step
     cfg = t.run.cfg
     is_last = done == total
+    t.run.iterations = {"iterations_done": done, "iterations_planned": total}
     if not is_last and t.run.over_budget():
         t.run.budget_stop = {"iterations_done": done, "iterations_planned": total}
         print(

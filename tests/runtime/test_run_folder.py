@@ -315,3 +315,42 @@ def test_read_only_output_folder_is_a_message(tmp_path, monkeypatch, capsys):
     assert cli.main(["eval", *argv, "--set", "eval_examples=2"]) == 2
     err = capsys.readouterr().err
     assert f"rrl eval: --out {out}: cannot write there (Permission denied)" in err
+
+
+def test_eval_settings_the_data_or_the_model_cannot_give_are_warned(tmp_path):
+    from reasoning_core.runtime.eval_report import eval_size_warnings
+
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": 256}))
+
+    @dataclasses.dataclass
+    class Eval:
+        model_path: str = str(model)
+        eval_split: str = "test"
+        eval_examples: int | None = 512
+        eval_max_tokens: int = 1024
+
+    first, second = eval_size_warnings(Eval(), loaded=200)
+    assert first == (
+        "setting 'eval_examples' (512) exceeds the 200 examples of split 'test': evaluating on "
+        "those 200"
+    )
+    assert second.startswith(
+        "setting 'eval_max_tokens' (1024) reaches past the model's context of 256 tokens"
+    )
+    assert eval_size_warnings(Eval(eval_examples=None, eval_max_tokens=64), loaded=200) == []
+
+
+# ----------------------------------------------------------------------------- help texts
+
+
+def test_rrl_help_aligns_every_command_and_eval_suite_help_names_compare(capsys):
+    assert cli.main(["--help"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    assert len(rows) == len(cli.SUBCOMMANDS)
+    starts = {len(line) - len(line[2:].split(maxsplit=1)[1]) for line in rows}
+    assert len(starts) == 1, rows  # every help text starts in the same column
+    with pytest.raises(SystemExit):
+        cli.main(["eval-suite", "--help"])
+    assert "--compare published" in capsys.readouterr().out
