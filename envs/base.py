@@ -94,15 +94,26 @@ def open_text(path: str | Path):
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
     """Yield `(line_number, record)` for each non-blank line of a JSONL(.gz) file.
 
-    Raises `DataError` for a missing file, an empty file, a line that is not JSON or a record
-    that is not a JSON object. Line numbers start at 1.
+    Raises `DataError` for a missing file, an empty file, a line that is not UTF-8 text or not
+    JSON, or a record that is not a JSON object. Line numbers start at 1.
     """
     path = Path(path)
     if not path.is_file():
         raise DataError(path, None, "file not found")
     count = 0
-    with open_text(path) as f:
-        for lineno, line in enumerate(f, start=1):
+    # Bytes, decoded line by line: a bad byte is then named by its line (a text stream decodes
+    # in blocks and reports an offset into one of them, with no file or line).
+    with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(
+                    path,
+                    lineno,
+                    f"not UTF-8 text (byte {raw[e.start]:#04x} at column {e.start + 1}); "
+                    "save the file as UTF-8",
+                ) from None
             if not line.strip():
                 continue
             try:

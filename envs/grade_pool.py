@@ -35,6 +35,7 @@ def _worker_main(read_fd: int, write_fd: int) -> None:
     from envs import rewards
 
     rewards.MATH_VERIFY_TIMEOUT = None  # the parent's hard kill is the time limit
+    rewards.HARD_TIME_LIMIT = None  # so math-verify runs here, not in a further worker
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     # Import math-verify (sympy, the LaTeX parser) and run it once before reporting ready, so
     # that the per-item limit times grading and not a fresh worker's ~0.3 s (more under load)

@@ -56,7 +56,14 @@ from envs.rewards import ZERO
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_TIMEOUT", "METRIC_KEYS", "GradeResults", "GradeStats", "grade_batch"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "METRIC_KEYS",
+    "GradeResults",
+    "GradeStats",
+    "grade_batch",
+    "grade_one",
+]
 
 DEFAULT_TIMEOUT = 5.0
 
@@ -164,3 +171,14 @@ def grade_batch(
     results = GradeResults(out)
     results.stats = stats
     return results
+
+
+def grade_one(
+    reward_fn: Callable[[str, str], dict], response: str, ground_truth: str, *, timeout: float
+) -> dict[str, float]:
+    """`reward_fn(response, ground_truth)` in a grading worker, killed after `timeout` seconds
+    (then 0, with `grade_batch`'s warning). Uses the pool already running, whatever its size,
+    so that single calls between batches do not resize it."""
+    with _POOL_LOCK:
+        size = _POOL.num_workers if _POOL is not None else None
+    return grade_batch(reward_fn, [response], [ground_truth], timeout=timeout, num_workers=size)[0]

@@ -18,11 +18,18 @@ literals, with scientific notation and units, compared by relative tolerance: `e
 then math-verify (`parse` both sides wrapped in `\\boxed{}`, then `verify(gold, pred)`, gold
 first; two plain numbers by relative tolerance, never by math-verify's 6-decimal rounding).
 
-Time limits: math-verify's own timeout uses `signal.alarm`, which only works in the main thread.
-Called on the main thread these functions use it (`MATH_VERIFY_TIMEOUT` seconds per parse and
-per comparison); on any other thread they run math-verify without a timeout, so a pathological
-answer can take long there. `envs.grade_batch` is the safe way to grade many responses: it runs
-them in worker processes with a hard per-item time limit.
+Time limits: wherever these functions are called, an answer that needs math-verify is decided
+under a hard limit of `HARD_TIME_LIMIT` seconds: the comparison runs in one of
+`envs.grade_batch`'s worker processes, which is killed when it overruns (that also stops code
+stuck in C, such as a huge integer power, where math-verify's `signal.alarm` cannot). An answer
+that overruns scores 0 and a warning says so (on the `envs.grader` logger). Inside those workers
+the comparison runs in-process; setting `HARD_TIME_LIMIT = None` does the same in the caller
+(then only math-verify's own `MATH_VERIFY_TIMEOUT`, on the main thread, limits it). For many
+responses `envs.grade_batch` is the faster way: it grades in parallel.
+
+Bad input: an answer holding a control character (other than tab, newline and carriage return)
+or a lone surrogate is wrong, whatever its digits say. math-verify's log messages are cut to
+`LOG_MESSAGE_LIMIT` characters, so a huge answer does not flood stderr.
 
 Each reward function carries a `fast` attribute: `fast(response, ground_truth)` returns the
 result dict when it can be decided without math-verify (format failures, string-equal answers,
@@ -32,8 +39,10 @@ two different integers), else None. `grade_batch` uses it to keep easy items in-
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
+import unicodedata
 from collections.abc import Callable
 from functools import lru_cache
 
@@ -45,7 +54,39 @@ from envs.numbers import numbers_equal, parse_number, sympy_numbers_equal
 #: rely on their hard per-item limit instead.
 MATH_VERIFY_TIMEOUT: int | None = 5
 
+#: seconds an answer that needs math-verify may take, enforced by killing the grading worker
+#: process that runs it; None runs math-verify in the calling process (grading workers do).
+HARD_TIME_LIMIT: float | None = 5.0
+#: longest math-verify log message passed on (a message quoting a huge answer is cut)
+LOG_MESSAGE_LIMIT = 300
+
 ZERO = {"reward": 0.0, "format_reward": 0.0, "answer_reward": 0.0}
+
+
+class _ShortMessages(logging.Filter):
+    """Cut a log record's message to `LOG_MESSAGE_LIMIT` characters (math-verify quotes the whole
+    answer when parsing times out: a 1 MB answer would print 1 MB)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if len(message) > LOG_MESSAGE_LIMIT:
+            cut = len(message) - LOG_MESSAGE_LIMIT
+            record.msg = f"{message[:LOG_MESSAGE_LIMIT]}... ({cut} more characters)"
+            record.args = ()
+        return True
+
+
+# A filter on a logger sees only the records logged on that very logger, so each of
+# math-verify's module loggers gets one.
+for _name in (
+    "math_verify",
+    "math_verify.parser",
+    "math_verify.grader",
+    "math_verify.metric",
+    "math_verify.utils",
+    "math_verify.tasks",
+):
+    logging.getLogger(_name).addFilter(_ShortMessages())
 
 
 def _result(format_ok: bool, answer_ok: bool) -> dict[str, float]:
@@ -224,7 +265,27 @@ def _drop_final_period(s: str) -> str:
     return s[:-1] if s.endswith(".") and not s.endswith("..") else s
 
 
+def _has_control_characters(text: str) -> bool:
+    """A control character other than tab, newline and carriage return, or a lone surrogate."""
+    return any(unicodedata.category(c) in ("Cc", "Cs") and c not in "\t\n\r" for c in text)
+
+
+def _math_verify_reward(pred: str, gold: str) -> dict[str, float]:
+    """`math_verify_match` as a reward dict, for a grading worker (module level: picklable)."""
+    return _result(True, _math_verify_inline(pred, gold))
+
+
 def math_verify_match(pred: str, gold: str) -> bool:
+    """`_math_verify_inline` under the hard time limit `HARD_TIME_LIMIT` (see the module
+    docstring): False when it overruns."""
+    if HARD_TIME_LIMIT is None:
+        return _math_verify_inline(pred, gold)
+    from envs.grader import grade_one
+
+    return grade_one(_math_verify_reward, pred, gold, timeout=HARD_TIME_LIMIT)["reward"] == 1.0
+
+
+def _math_verify_inline(pred: str, gold: str) -> bool:
     """math-verify equivalence: parse both inside `\\boxed{}`, then `verify(gold, pred)`.
 
     The gold's final full stop is dropped first. The answer is parsed as written: there a
@@ -249,7 +310,11 @@ def math_verify_match(pred: str, gold: str) -> bool:
 
 
 def answers_match(pred: str, gold: str) -> bool:
-    """Is the answer `pred` equivalent to the ground truth `gold`? (cheap check, then math-verify)"""
+    """Is the answer `pred` equivalent to the ground truth `gold`? (cheap check, then math-verify)
+
+    An answer with a control character or a lone surrogate is not (see the module docstring)."""
+    if _has_control_characters(pred):
+        return False
     decided = cheap_match(pred, gold)
     if decided is not None:
         return decided
@@ -264,6 +329,8 @@ def _answer_reward_fast(answer: str | None, ground_truth: str) -> dict | None:
     None when math-verify is needed."""
     if answer is None:
         return dict(ZERO)
+    if _has_control_characters(answer):
+        return _result(True, False)
     decided = cheap_match(answer, ground_truth)
     return None if decided is None else _result(True, decided)
 

@@ -249,3 +249,55 @@ def test_reward_fn_from_main_is_refused(monkeypatch):
     monkeypatch.setattr(sys.modules["__main__"], "rrl_grader_test_fn", fn, raising=False)
     with pytest.raises(TypeError, match="__main__"):
         grade_batch(fn, ["a"], ["b"], timeout=5)
+
+
+# ----------------------------------------------------------------------------- direct calls
+
+
+def test_direct_reward_call_holds_the_time_limit(monkeypatch):
+    """`r1_zero_reward_fn` called directly (as `compute_group_normalized_rewards` does) on an
+    answer that keeps sympy busy in C for minutes returns 0 within the hard limit."""
+    from envs import rewards
+
+    monkeypatch.setattr(rewards, "HARD_TIME_LIMIT", LIMIT)
+    assert r1_zero_reward_fn(R("\\frac12"), "0.5")["reward"] == 1.0  # starts the pool
+    t0 = time.monotonic()
+    out = r1_zero_reward_fn(R("9^{9^{9^{9^{9}}}}"), "1")
+    elapsed = time.monotonic() - t0
+    assert elapsed <= LIMIT + 1.0, f"took {elapsed:.2f}s"
+    assert out == {"reward": 0.0, "format_reward": 1.0, "answer_reward": 0.0}
+
+
+def test_direct_reward_call_from_a_thread_holds_the_time_limit(monkeypatch):
+    """On another thread math-verify's signal.alarm cannot work; the worker's kill still does."""
+    import threading
+
+    from envs import rewards
+
+    monkeypatch.setattr(rewards, "HARD_TIME_LIMIT", LIMIT)
+    envs.question_only_reward_fn("\\boxed{\\frac12}", "0.5")  # starts the pool
+    out: list[dict] = []
+    t0 = time.monotonic()
+    thread = threading.Thread(
+        target=lambda: out.append(envs.question_only_reward_fn("\\boxed{10^{10^{10}}}", "10"))
+    )
+    thread.start()
+    thread.join(timeout=60)
+    elapsed = time.monotonic() - t0
+    assert out and out[0]["reward"] == 0.0
+    assert elapsed <= LIMIT + 1.0, f"took {elapsed:.2f}s"
+
+
+def test_a_huge_answer_prints_a_bounded_message(capfd, monkeypatch):
+    """math-verify quotes an answer whose parsing times out; a 600 kB answer must not print
+    600 kB, whether graded in a worker or (limit off) in this process."""
+    from envs import rewards
+
+    huge = "\\frac{" + "x+" * 300_000 + "1}"
+    monkeypatch.setattr(rewards, "HARD_TIME_LIMIT", LIMIT)
+    assert r1_zero_reward_fn(R(huge), "1")["reward"] == 0.0
+    monkeypatch.setattr(rewards, "HARD_TIME_LIMIT", None)
+    monkeypatch.setattr(rewards, "MATH_VERIFY_TIMEOUT", 1)
+    assert r1_zero_reward_fn(R(huge), "1")["reward"] == 0.0
+    err = capfd.readouterr().err
+    assert len(err) < 5_000, f"{len(err)} characters on stderr"

@@ -326,3 +326,27 @@ def test_reward_fn_works_off_the_main_thread():
     t.start()
     t.join(timeout=30)
     assert out["r"]["reward"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "answer",
+    ["5\x00", "\x005", "\x1f5", "5\x85", "\ud800 5", "\ud8005", "5\x07"],
+    ids=[
+        "nul-after",
+        "nul-before",
+        "unit-separator",
+        "next-line",
+        "surrogate-space",
+        "surrogate",
+        "bell",
+    ],
+)
+def test_control_characters_and_lone_surrogates_are_not_digits(answer):
+    """A control character or lone surrogate makes an answer wrong, though `str.split` or
+    math-verify would otherwise drop it and read `5`; tab and newline stay whitespace."""
+    from envs import r1_zero_reward_fn
+    from envs.rewards import answers_match
+
+    assert answers_match(answer, "5") is False
+    assert r1_zero_reward_fn(f"x</think> <answer>{answer}</answer>", "5")["answer_reward"] == 0.0
+    assert r1_zero_reward_fn("x</think> <answer>5\t\n</answer>", "5")["answer_reward"] == 1.0

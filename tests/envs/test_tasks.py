@@ -355,3 +355,18 @@ def test_sft_cli_writes_jsonl(tmp_path):
     assert main(["--task", "countdown", "--limit", "5", "--out", str(out)]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 5 and set(rows[0]) == {"prompt", "response", "ground_truth"}
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
+def test_a_non_utf8_byte_is_named_by_file_and_line(tmp_path, suffix):
+    """What `rrl sft`, `rrl dpo` and `rrl eval` read: a bad byte names its file and line, not
+    an offset into a decoding block."""
+    from envs.base import read_jsonl
+
+    body = b'{"question": "1+1"}\n{"question": "caf\xe9"}\n'
+    path = tmp_path / f"data{suffix}"
+    path.write_bytes(gzip.compress(body) if suffix.endswith(".gz") else body)
+    with pytest.raises(
+        DataError, match=rf"data{suffix}:2: not UTF-8 text \(byte 0xe9 at column 18\)"
+    ):
+        list(read_jsonl(path))

@@ -20,7 +20,15 @@ from pathlib import Path
 import pytest
 import yaml
 from project_root import ROOT
-from snakemake_runs import BIN, SECTIONS, known_settings, planned_jobs, resources, snakemake
+from snakemake_runs import (
+    BIN,
+    SECTIONS,
+    SNAKEMAKE,
+    known_settings,
+    planned_jobs,
+    resources,
+    snakemake,
+)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 HEAVY_RULES = {"tiny_world", "zero_shot", "sft", "ei", "grpo", "leaderboard", "dpo", "dpo_pairs"}
@@ -492,3 +500,94 @@ def test_dpo_family_plans_each_seed_from_the_same_sft_seed(config, sft_run, tmp_
         assert "--set model_path=workflow/resources/tiny_world " in command, command
     if config == "gpu_math":
         assert all(resources(j).get("gpu") == "1" for j in jobs)
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        pytest.param(
+            "lerning_rate\n3e-5\n",
+            "grpo_lr.tsv: column 'lerning_rate' is no setting of rrl grpo",
+            id="unknown-column",
+        ),
+        pytest.param(
+            "lr\n3e-5\nabc\n",
+            "grpo_lr.tsv: row 2 (line 3), column 'lr': setting 'lr' must be a number, got 'abc'",
+            id="wrong-type",
+        ),
+        pytest.param(
+            "lr\n3e-5\n1e-4\t2\n",
+            "grpo_lr.tsv: not a sweep table (Error tokenizing data. C error: Expected 1 fields "
+            "in line 3, saw 2",
+            id="extra-cell",
+        ),
+    ],
+)
+def test_a_bad_sweep_table_stops_the_plan_naming_table_row_and_column(table, message, tmp_path):
+    """What `rrl` would refuse when the job runs is refused by `snakemake -n` already."""
+    sweeps = tmp_path / "sweeps"
+    sweeps.mkdir()
+    (sweeps / "grpo_lr.tsv").write_text(table)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"methods: workflow/config/methods/tiny.yaml\nsweeps: {sweeps}\nfamilies: [grpo_lr]\n"
+    )
+    result = snakemake("-n", "--configfile", str(config), cwd=tmp_path)
+    assert result.returncode != 0
+    text = result.stderr + result.stdout
+    assert f"{sweeps}/{message}" in text, text
+
+
+FAKE_RRL = """#!/bin/sh
+# Stands in for rrl: writes the done.json of --out and nothing else.
+while [ $# -gt 0 ]; do
+  if [ "$1" = "--out" ]; then out="$2"; fi
+  shift
+done
+mkdir -p "$out" && echo '{}' > "$out/done.json"
+"""
+
+
+def test_finished_jobs_rerun_for_their_own_settings_not_for_the_methods_files_bytes(tmp_path):
+    """A comment or another command's section added to the methods file plans nothing; a
+    change to the settings a finished job used plans that job (and what depends on it) again."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "rrl").write_text(FAKE_RRL)
+    (fake / "rrl").chmod(0o755)
+    methods = tmp_path / "methods.yaml"
+    shutil.copy(ROOT / "workflow/config/methods/tiny.yaml", methods)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"methods: {methods}\nmodel_path: null\n")
+    targets = ["results/base/done.json", "results/zero_shot/seed~0/done.json"]
+    env = dict(os.environ, PATH=f"{fake}{os.pathsep}{BIN}{os.pathsep}{os.environ['PATH']}")
+
+    def run(*args):
+        return subprocess.run(
+            [SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path)]
+            + ["--configfile", str(config), "--cores", "1", *targets, *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    first = run()
+    assert first.returncode == 0, first.stderr + first.stdout
+    assert (tmp_path / "results/zero_shot/seed~0/done.json").is_file()
+
+    text = methods.read_text()
+    methods.write_text(
+        "# a comment the jobs do not read\n"
+        + text.replace("grpo:", "grpo:\n  max_grad_norm: 0.5", 1)
+    )
+    unchanged = run("-n")
+    assert unchanged.returncode == 0, unchanged.stderr + unchanged.stdout
+    assert "Nothing to be done" in unchanged.stdout + unchanged.stderr, unchanged.stdout
+
+    methods.write_text(methods.read_text().replace("eval_max_tokens: 48", "eval_max_tokens: 40"))
+    changed = run("-n")
+    assert changed.returncode == 0, changed.stderr + changed.stdout
+    planned = {job["rule"] for job in planned_jobs(changed.stdout)}
+    assert planned == {"zero_shot"}, changed.stdout

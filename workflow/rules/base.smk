@@ -4,8 +4,6 @@
 
 
 rule tiny_world:
-    input:
-        methods=METHODS_FILE,
     output:
         done=f"{R}/base/done.json",
     log:
@@ -18,9 +16,11 @@ rule tiny_world:
     # else can start before it, so it reserves at least two cores whatever threads_per_job is.
     threads: max(THREADS, 2)
     params:
+        methods=METHODS_FILE,
+        section=section_digest("tiny-world"),
         out=run_dir,
         settings=command_settings("tiny-world"),
         seed=BASE_SEED,
     shell:
-        "rrl tiny-world --config {input.methods} {params.settings} --set seed={params.seed} "
+        "rrl tiny-world --config {params.methods} {params.settings} --set seed={params.seed} "
         "--out {params.out} > {log} 2>&1"

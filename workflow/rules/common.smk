@@ -19,6 +19,9 @@
 # Families, plots and the summary name run folders (without the seed); the input functions
 # of common_runs.smk expand them into every seed's done.json.
 
+import dataclasses
+import hashlib
+import json
 import math
 import posixpath
 import re
@@ -107,6 +110,15 @@ def _shipped_base_files():
 SHIPPED_BASE_FILES = _shipped_base_files()
 
 
+def section_digest(command):
+    """A digest of `command`'s resolved default settings (its section of the methods file with
+    `settings` over it). Jobs pass the methods file as a parameter with this digest beside it,
+    not as an input: they rerun when their own settings change, not when the file's bytes do
+    (a comment, another command's section)."""
+    text = json.dumps(METHOD_SETTINGS[command], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def _yaml_value(value):
     """A value as `rrl --set` reads it back (YAML, one line)."""
     text = yaml.safe_dump(value, default_flow_style=True, width=math.inf)
@@ -171,12 +183,58 @@ def canonical_variant(method, pattern):
 def sweep(family):
     """The Paramspace table of `family` (<sweeps>/<family>.tsv), cells kept as written."""
     path = SWEEPS_DIR / f"{family}.tsv"
-    frame = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False)
+    try:
+        frame = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False)
+    except pd.errors.ParserError as exc:
+        # pandas says "Expected 1 fields in line 3, saw 2": a row with more cells than the
+        # header has columns
+        raise ValueError(
+            f"{path}: not a sweep table ({exc}); every row needs one tab-separated cell per "
+            "column of the header line"
+        ) from None
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such sweep table (family {family!r})") from None
     if "seed" in frame.columns:
         raise ValueError(
             f"{path}: column 'seed': every run is trained once per seed of the setting 'seeds'"
         )
     return Paramspace(frame[sorted(frame.columns)])
+
+
+def check_sweep(family, method):
+    """Refuse, now rather than when a job runs, a sweep table whose column is no setting of
+    `rrl <method>` or whose cell is of the wrong type for it (`lr = abc`): the message names the table, the row (and its line) and the column. Each cell is
+    read as `--set column=cell` reads it, over the method's settings from the configuration."""
+    from reasoning_core.runtime.errors import ConfigError
+    from reasoning_core.runtime.settings.config import build_config, parse_overrides
+    from reasoning_core.runtime.settings.docs import load_config_class
+
+    path = SWEEPS_DIR / f"{family}.tsv"
+    cls = load_config_class(method)
+    known = {f.name for f in dataclasses.fields(cls)} | set(WORKFLOW_KEYS.get(method, {}))
+    frame = sweep(family).dataframe
+    for column in frame.columns:
+        if column not in known:
+            raise ValueError(
+                f"{path}: column {column!r} is no setting of rrl {method} (see "
+                f"`rrl {method} --help` or docs/configuration.md)"
+            )
+    # Types only: the settings class's own checks (choices, ranges, combinations) look at the model folder, which
+    # the job's rule passes and which need not exist yet.
+    defaults = METHOD_SETTINGS[method]
+    for number, (_, row) in enumerate(frame.iterrows(), start=1):
+        where = f"{path}: row {number} (line {number + 1})"
+        cells = {
+            key: text
+            for key, text in row.items()
+            if text.strip() != "" and key not in WORKFLOW_KEYS.get(method, {})
+        }
+        for key, text in cells.items():
+            try:
+                value = parse_overrides([f"{key}={text}"])
+                build_config(cls, {**defaults, **value}, f"{where}, column {key!r}", validate=False)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
 
 
 def _unique(items):

@@ -31,6 +31,7 @@ FAMILY_REGEX = "|".join(FAMILIES) or "none"
 def family_variants(family):
     """Run variants of a family: the default run (its control) first, then the table's rows."""
     method = FAMILY_INFO[family][0]
+    check_sweep(family, method)
     rows = [canonical_variant(method, p) for p in sweep(family).instance_patterns]
     for row in rows:
         init = parse_variant(row).get("init", "sft")

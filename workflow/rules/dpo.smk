@@ -11,7 +11,6 @@
 # the start and the sampling settings.
 rule dpo_pairs:
     input:
-        methods=METHODS_FILE,
         base=base_model_input(),
         init=dpo_init,
     output:
@@ -29,19 +28,20 @@ rule dpo_pairs:
     resources:
         gpu=GPUS,
     params:
+        methods=METHODS_FILE,
+        section=section_digest("dpo"),
         out=run_dir,
         model=init_model,
         settings=command_settings("dpo"),
         variant=dpo_variant_args,
     shell:
-        "rrl dpo --config {input.methods} --set model_path={params.model} {params.settings} "
+        "rrl dpo --config {params.methods} --set model_path={params.model} {params.settings} "
         "{params.variant} --set seed={wildcards.seed} --set sample_only=true "
         "--out {params.out} > {log} 2>&1"
 
 
 use rule grpo as dpo with:
     input:
-        methods=METHODS_FILE,
         base=base_model_input(),
         init=dpo_init,
         pairs=dpo_pairs_done,
@@ -52,6 +52,8 @@ use rule grpo as dpo with:
     benchmark:
         f"{R}/benchmarks/dpo/{{variant}}/seed~{{seed}}.tsv"
     params:
+        methods=METHODS_FILE,
+        section=section_digest("dpo"),
         command="dpo",
         out=run_dir,
         model=init_model,

@@ -3,7 +3,6 @@
 
 use rule sft as ei with:
     input:
-        methods=METHODS_FILE,
         base=base_model_input(),
     output:
         done=f"{R}/ei/{{variant}}/seed~{{seed}}/done.json",
@@ -12,6 +11,8 @@ use rule sft as ei with:
     benchmark:
         f"{R}/benchmarks/ei/{{variant}}/seed~{{seed}}.tsv"
     params:
+        methods=METHODS_FILE,
+        section=section_digest("ei"),
         command="ei",
         out=run_dir,
         model=base_model,

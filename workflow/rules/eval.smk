@@ -5,7 +5,6 @@
 
 rule zero_shot:
     input:
-        methods=METHODS_FILE,
         base=base_model_input(),
     output:
         done=f"{R}/zero_shot/seed~{{seed}}/done.json",
@@ -21,9 +20,11 @@ rule zero_shot:
     resources:
         gpu=GPUS,
     params:
+        methods=METHODS_FILE,
+        section=section_digest("eval"),
         out=run_dir,
         model=base_model,
         settings=command_settings("eval"),
     shell:
-        "rrl eval --config {input.methods} --set model_path={params.model} {params.settings} "
+        "rrl eval --config {params.methods} --set model_path={params.model} {params.settings} "
         "--set seed={wildcards.seed} --out {params.out} > {log} 2>&1"

@@ -5,7 +5,6 @@
 
 use rule sft as grpo with:
     input:
-        methods=METHODS_FILE,
         base=base_model_input(),
     output:
         done=f"{R}/grpo/{{variant}}/seed~{{seed}}/done.json",
@@ -14,6 +13,8 @@ use rule sft as grpo with:
     benchmark:
         f"{R}/benchmarks/grpo/{{variant}}/seed~{{seed}}.tsv"
     params:
+        methods=METHODS_FILE,
+        section=section_digest("grpo"),
         command="grpo",
         out=run_dir,
         model=base_model,
@@ -27,7 +28,6 @@ use rule sft as grpo with:
 # base model.
 use rule grpo as leaderboard with:
     input:
-        methods=METHODS_FILE,
         base=base_model_input(),
         init=leaderboard_init,
     output:
@@ -39,6 +39,8 @@ use rule grpo as leaderboard with:
     wildcard_constraints:
         seed=SEED_REGEX,
     params:
+        methods=METHODS_FILE,
+        section=section_digest("grpo"),
         command="grpo",
         out=run_dir,
         model=init_model,

@@ -27,7 +27,6 @@ rule sft_data:
 # command, inputs, folders and settings (`use rule sft as ... with:`).
 rule sft:
     input:
-        methods=METHODS_FILE,
         base=base_model_input(),
         data=sft_data_input(),
     output:
@@ -45,12 +44,14 @@ rule sft:
     resources:
         gpu=GPUS,
     params:
+        methods=METHODS_FILE,
+        section=section_digest("sft"),
         command="sft",
         out=run_dir,
         model=base_model,
         settings=sft_settings(),
         variant=variant_args,
     shell:
-        "rrl {params.command} --config {input.methods} --set model_path={params.model} "
+        "rrl {params.command} --config {params.methods} --set model_path={params.model} "
         "{params.settings} {params.variant} --set seed={wildcards.seed} --out {params.out} "
         "> {log} 2>&1"

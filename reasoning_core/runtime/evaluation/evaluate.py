@@ -41,6 +41,7 @@ from reasoning_core.runtime.evaluation.summary import (
     category_report,
     eval_line_stats,
     is_one,
+    load_eval_examples,
     summarize,
     warn_grading,
 )
@@ -51,6 +52,7 @@ from reasoning_core.runtime.run.metrics import (
     write_generations,
     write_json_atomic,
 )
+from reasoning_core.runtime.run.ownership import lock_run_folder, release_run_folder
 from reasoning_core.runtime.settings.config import resolve_command, save_config
 from reasoning_core.runtime.training.batching import MicroBatchSize
 from reasoning_core.runtime.training.rollouts import EVAL_RENAMED, eval_params
@@ -263,18 +265,19 @@ def close_engine(engine: Any) -> None:
 def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict[str, Any]:
     """Run the evaluation described by ``cfg`` into folder ``out``; returns ``done.json``'s data."""
     out = Path(out)
-    if (done := finished_run(out, "eval")) is not None:
+    if (done := finished_run(out, "eval", cfg)) is not None:
         return done
     t0 = time.perf_counter()
     task = envs.get_task(cfg.task)
     try:  # before anything is written, so a bad data file leaves no run folder behind
-        examples = task.load(cfg.eval_split, path=cfg.data_path, limit=cfg.eval_examples)
+        examples = load_eval_examples(task, cfg, path=cfg.data_path)
     except ValueError as exc:  # envs.DataError (names file and line) or an unknown split
         setting = "data_path" if cfg.data_path else "eval_split"
         raise ConfigError(f"setting {setting!r}: {exc}") from None
     if not examples:
         raise ConfigError(f"task {cfg.task!r} split {cfg.eval_split!r} has no examples")
     chat_tokenizer = chat_template_tokenizer(cfg)  # before the folder, as a bad data file
+    lock_run_folder(out, "eval")
     save_config(cfg, out)
     kind = engine_kind(cfg)
     print(f"[eval] rollout engine: {kind} (engine: {cfg.engine})", file=sys.stderr)
@@ -349,6 +352,7 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
     }
     close_engine(engine)
     write_json_atomic(out / "done.json", done)
+    release_run_folder(out)
     return done
 
 

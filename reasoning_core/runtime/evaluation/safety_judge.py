@@ -37,6 +37,7 @@ from reasoning_core.runtime.errors import ConfigError
 from reasoning_core.runtime.evaluation import evaluate
 from reasoning_core.runtime.run.checkpoint import check_model_folder
 from reasoning_core.runtime.run.metrics import finished_run, write_json_atomic
+from reasoning_core.runtime.run.ownership import lock_run_folder, release_run_folder
 from reasoning_core.runtime.settings.config import resolve_command, save_config
 from reasoning_core.runtime.training.rollouts import EVAL_RENAMED, eval_params
 
@@ -209,10 +210,11 @@ def build_engine(cfg: SafetyJudgeConfig) -> RolloutEngine:
 def run_safety_judge(cfg: SafetyJudgeConfig, out: str | Path) -> dict[str, Any]:
     """Judge ``cfg.input_path``'s responses into folder ``out``; returns ``done.json``'s data."""
     out = Path(out)
-    if (done := finished_run(out, "safety-judge")) is not None:
+    if (done := finished_run(out, "safety-judge", cfg)) is not None:
         return done
     t0 = time.perf_counter()
     records = read_safety_outputs(cfg.input_path)  # DataError names the file and line
+    lock_run_folder(out, "safety-judge")
     save_config(cfg, out)
     questions = [judge_question(r["prompts_final"], r["output"]) for r in records]
     tokenizer = load_judge_tokenizer(cfg)
@@ -244,6 +246,7 @@ def run_safety_judge(cfg: SafetyJudgeConfig, out: str | Path) -> dict[str, Any]:
     done = {k: scores[k] for k in ("n", "safe", "unsafe", "unanswered", "safe_share")}
     done["wall_seconds"] = time.perf_counter() - t0
     write_json_atomic(out / "done.json", done)
+    release_run_folder(out)
     return done
 
 

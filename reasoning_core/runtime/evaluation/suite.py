@@ -46,6 +46,7 @@ from reasoning_core.runtime.evaluation.evaluate import (
 from reasoning_core.runtime.evaluation.loop import evaluate_policy
 from reasoning_core.runtime.run.checkpoint import check_model_folder
 from reasoning_core.runtime.run.metrics import finished_run, write_generations, write_json_atomic
+from reasoning_core.runtime.run.ownership import lock_run_folder, release_run_folder
 from reasoning_core.runtime.settings.config import resolve_command, save_config
 from reasoning_core.runtime.training.rollouts import EVAL_RENAMED, eval_params
 
@@ -288,11 +289,12 @@ def write_tsv(path: Path, columns: tuple[str, ...], rows: list[dict]) -> None:
 def run_suite(cfg: EvalSuiteConfig, out: str | Path, *, progress: bool = True) -> dict[str, Any]:
     """Run the suite described by ``cfg`` into folder ``out``; returns ``done.json``'s data."""
     out = Path(out)
-    if (done := finished_run(out, "eval-suite")) is not None:
+    if (done := finished_run(out, "eval-suite", cfg)) is not None:
         return done
     t0 = time.perf_counter()
     data = {b: envs.get_task(b).load("test", limit=cfg.eval_examples) for b in cfg.benchmarks}
     published = read_published() if cfg.compare == "published" else []
+    lock_run_folder(out, "eval-suite")
     save_config(cfg, out)
     engine_cfg = cfg.engine_config()
     kind = engine_kind(engine_cfg)
@@ -335,6 +337,7 @@ def run_suite(cfg: EvalSuiteConfig, out: str | Path, *, progress: bool = True) -
         "wall_seconds": time.perf_counter() - t0,
     }
     write_json_atomic(out / "done.json", done)
+    release_run_folder(out)
     return done
 
 
@@ -351,7 +354,9 @@ def main(argv: list[str] | None = None) -> int:
         "eval-suite",
         argv,
         "The five-benchmark suite (AIME24, AMC23, MATH500, Minerva, OlympiadBench) under "
-        "several templates: suite.tsv, generations, and compare.tsv beside published numbers.",
+        "several templates: suite.tsv, generations, and compare.tsv beside published numbers.\n\n"
+        "  --compare published   also write compare.tsv, our accuracy beside the published one\n"
+        "                        (the same as --set compare=published)",
     )
     if resolved is None:
         return 2

@@ -11,12 +11,17 @@ them.
 - :func:`category_report`: counts, fractions and the first 10 records of each category in eval
   order (``rrl eval``'s ``summary.json``);
 - :func:`eval_line_stats`, :func:`warn_grading`: what every ``eval`` metrics line carries
-  besides the rewards (entropy, response lengths, grading failures), and the stderr warning when grading timed out or raised.
+  besides the rewards (entropy, response lengths, grading failures), and the stderr warning when grading timed out or raised;
+- :func:`load_eval_examples`, :func:`eval_size_warnings`: the evaluation split, with a warning
+  when ``eval_examples`` asks for more examples than it has or ``eval_max_tokens`` reaches
+  past the model's context.
 """
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from reasoning_core.runtime.training.rollouts import truncated_share
@@ -120,3 +125,38 @@ def category_report(records: list[dict[str, Any]], examples_per_category: int = 
             "examples": members[:examples_per_category],
         }
     return report
+
+
+def eval_size_warnings(cfg: Any, loaded: int) -> list[str]:
+    """What a run's evaluation settings ask for that the data or the model cannot give:
+    ``eval_examples`` above the examples of ``eval_split`` (``loaded`` were read: all of them),
+    ``eval_max_tokens`` at or past the model's context (``max_position_embeddings`` in the
+    model folder's config.json)."""
+    out = []
+    data = f" of file {cfg.data_path}" if getattr(cfg, "data_path", None) else ""
+    if cfg.eval_examples is not None and cfg.eval_examples > loaded:
+        out.append(
+            f"setting 'eval_examples' ({cfg.eval_examples}) exceeds the {loaded} examples of "
+            f"split {cfg.eval_split!r}{data}: evaluating on those {loaded}"
+        )
+    try:
+        model = json.loads((Path(cfg.model_path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        model = {}
+    context = model.get("max_position_embeddings") if isinstance(model, dict) else None
+    if isinstance(context, int) and cfg.eval_max_tokens >= context:
+        out.append(
+            f"setting 'eval_max_tokens' ({cfg.eval_max_tokens}) reaches past the model's context "
+            f"of {context} tokens (max_position_embeddings in {cfg.model_path}/config.json): "
+            "prompt and response together are cut at the context"
+        )
+    return out
+
+
+def load_eval_examples(task: Any, cfg: Any, **kwargs: Any) -> list:
+    """``task.load`` of the evaluation split (limit ``eval_examples``), each of
+    :func:`eval_size_warnings` printed on stderr."""
+    examples = task.load(cfg.eval_split, limit=cfg.eval_examples, **kwargs)
+    for warning in eval_size_warnings(cfg, len(examples)):
+        print(f"warning: {warning}", file=sys.stderr)
+    return examples

@@ -34,6 +34,7 @@ from reasoning_core.runtime.errors import ConfigError
 from reasoning_core.runtime.evaluation import evaluate
 from reasoning_core.runtime.run.checkpoint import check_model_folder
 from reasoning_core.runtime.run.metrics import finished_run, write_json_atomic
+from reasoning_core.runtime.run.ownership import lock_run_folder, release_run_folder
 from reasoning_core.runtime.settings.config import resolve_command, save_config
 from reasoning_core.runtime.training.rollouts import EVAL_RENAMED, eval_params
 
@@ -136,12 +137,13 @@ def load_prompts(cfg: SupplementGenerateConfig) -> list[dict]:
 def run_generate(cfg: SupplementGenerateConfig, out: str | Path) -> dict[str, Any]:
     """Answer ``cfg.dataset``'s prompts into folder ``out``; returns ``done.json``'s data."""
     out = Path(out)
-    if (done := finished_run(out, "supplement-generate")) is not None:
+    if (done := finished_run(out, "supplement-generate", cfg)) is not None:
         return done
     t0 = time.perf_counter()
     records = load_prompts(cfg)  # DataError names the file and line
     key = "instruction" if cfg.dataset == "alpaca_eval" else "prompts_final"
     instructions = [rec[key] for rec in records]
+    lock_run_folder(out, "supplement-generate")
     save_config(cfg, out)
     engine = build_engine(cfg)
     params = eval_params(cfg, include_stop_str_in_output=False)
@@ -177,6 +179,7 @@ def run_generate(cfg: SupplementGenerateConfig, out: str | Path) -> dict[str, An
     write_json_atomic(out / "summary.json", summary)
     done = {**summary, "wall_seconds": time.perf_counter() - t0}
     write_json_atomic(out / "done.json", done)
+    release_run_folder(out)
     return done
 
 

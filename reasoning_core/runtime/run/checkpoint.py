@@ -9,7 +9,8 @@
 * ``check_model_folder(path)``: before any work, refuse a model folder that lacks or holds a
   damaged ``config.json``, weights (a truncated safetensors file included) or tokenizer, with
   a message naming the file, instead of an error deep in transformers (or, for a missing
-  tokenizer, a silently empty one).
+  tokenizer, a silently empty one); a folder with a ``SHA256SUMS`` file has every file it
+  lists checked against its digest.
 """
 
 from __future__ import annotations
@@ -135,7 +136,8 @@ def check_model_folder(path: str | Path, setting: str = "model_path") -> None:
     """Raise :class:`ConfigError` (naming ``setting`` and the file) unless ``path`` is a
     Hugging Face model folder with a readable ``config.json``, complete weights
     (``model.safetensors``, a sharded safetensors index and its shards, or PyTorch ``.bin``)
-    and a tokenizer."""
+    and a tokenizer, whose files match its ``SHA256SUMS`` when it has one
+    (:func:`verify_checksums`)."""
     folder = Path(path)
     prefix = f"setting {setting!r}: "
     if not folder.is_dir():
@@ -170,6 +172,9 @@ def check_model_folder(path: str | Path, setting: str = "model_path") -> None:
                 _read_json_file(folder / name, name)
     except ConfigError as exc:
         raise ConfigError(prefix + str(exc)) from None
+    # Weights damaged at the same size pass the checks above and fail deep in generation;
+    # a folder that lists its files' digests says which file changed.
+    verify_checksums(folder, setting)
 
 
 CHECKSUMS = "SHA256SUMS"

@@ -16,8 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from reasoning_core.runtime.errors import StateError
 from reasoning_core.runtime.run.checkpoint import save_checkpoint
 from reasoning_core.runtime.run.metrics import MetricsWriter, write_json_atomic
+from reasoning_core.runtime.run.ownership import lock_run_folder, release_run_folder
 from reasoning_core.runtime.run.resume import (
     RESUME_MAY_CHANGE,
     check_same_settings,
@@ -49,14 +51,15 @@ class RunContext:
         self.cfg = cfg
         self.method = method
         self.out = Path(out)
-        self.out.mkdir(parents=True, exist_ok=True)
         self.done = (self.out / "done.json").is_file()
+        if not self.done:  # one writer: held until the process ends or the run finishes
+            lock_run_folder(self.out, method)
         self.state_dir = self.out / "state"
         self.start = time.perf_counter()
         self.prior_elapsed = 0.0
         self.last_eval: dict[str, Any] | None = None
-        # When max_wall_seconds stopped the run: {"iterations_done": k, "iterations_planned": n}
-        self.budget_stop: dict[str, int] | None = None
+        self.iterations: dict[str, int] | None = None  # {"iterations_done", "iterations_planned"}
+        self.budget_stop: dict[str, int] | None = None  # the same, where max_wall_seconds stopped
         self.engine: str | None = None  # the rollout engine that ran (`auto` resolved)
         self.metrics: MetricsWriter | None = None
         if self.done:
@@ -87,9 +90,18 @@ class RunContext:
         """Restore the last saved state if there is one; else start the metrics afresh."""
         counters = load_state(self.state_dir, model=model, optimizer=optimizer, scheduler=scheduler)
         if counters is None:
-            self.metrics.truncate(0)
+            self.metrics.restore(0)
             return None
-        self.metrics.truncate(int(counters["metrics_offset"]))
+        try:  # by counting records; a state saved before they were counted has its offset
+            if "metrics_records" in counters:
+                self.metrics.restore(int(counters["metrics_records"]))
+            else:
+                self.metrics.truncate(int(counters["metrics_offset"]))
+        except ValueError as exc:
+            raise StateError(
+                f"cannot resume from {self.state_dir}: {exc}. Put the file back as it was, or "
+                f"delete {self.state_dir} to start this run over"
+            ) from None
         self.prior_elapsed = float(counters.get("elapsed", 0.0))
         self.last_eval = counters.get("last_eval")
         print(f"[{self.method}] resumed from {self.state_dir} at {counters}", file=sys.stderr)
@@ -97,7 +109,7 @@ class RunContext:
 
     def save_state(self, model, optimizer, scheduler, **counters: Any) -> None:
         counters = dict(counters)
-        counters["metrics_offset"] = self.metrics.offset
+        counters["metrics_records"] = self.metrics.records
         counters["elapsed"] = self.elapsed()
         counters["last_eval"] = self.last_eval
         save_state(
@@ -117,16 +129,14 @@ class RunContext:
     def finish(self, model, tokenizer, *, step: int, extra: dict[str, Any] | None = None) -> dict:
         """Final checkpoint, ``done.json``; drop the resume state.
 
-        ``done.json``: ``method``, ``step`` (optimizer steps reached), the last evaluation's
-        ``eval_accuracy``/``eval_format_reward``/``eval_examples``, ``wall_seconds``,
-        ``stopped_on_budget`` (True when ``max_wall_seconds`` ended the run early, with
-        ``iterations_done`` of ``iterations_planned`` in the trainer's unit), ``engine`` (the
-        rollout engine that ran: setting ``engine`` with ``auto`` resolved), then ``extra``.
-
-        The same facts, less ``method``, go first into the last ``metrics.jsonl`` line (split
-        ``done``, ``step``; ``wall_seconds`` as its ``time/elapsed``): ``done.json`` marks the
-        run finished for the workflow and is not committed, ``metrics.jsonl`` is, and
-        ``rrl summary`` reads it alone."""
+        ``done.json``: ``method``, ``step`` and ``optimizer_steps`` (optimizer steps reached),
+        the last evaluation's ``eval_accuracy``/``eval_format_reward``/``eval_examples``,
+        ``wall_seconds``, ``stopped_on_budget`` (``max_wall_seconds`` ended the run early),
+        ``iterations_done`` of ``iterations_planned`` in the trainer's unit (GRPO steps as
+        ``n_grpo_steps`` counts them, EI steps, SFT optimizer steps), ``engine``, ``extra``. The
+        same facts but ``method``, ``optimizer_steps`` and (unless the budget stopped it) the
+        iterations go first into the last ``metrics.jsonl`` line (split ``done``; wall seconds as
+        its ``time/elapsed``), which ``rrl summary`` reads alone: ``done.json`` is not committed."""
         if self.cfg.save_checkpoint:
             save_checkpoint(model, tokenizer, self.out / "checkpoint")
         last = self.last_eval or {}
@@ -140,10 +150,12 @@ class RunContext:
             **(extra or {}),
         }
         record = self.log(facts, step=step, split="done")
-        done = {"method": self.method, "step": step, **facts}
+        done = {"method": self.method, "step": step, "optimizer_steps": step, **facts}
+        done.update(self.iterations if self.budget_stop is None and self.iterations else {})
         done["wall_seconds"] = record["time/elapsed"]
         write_json_atomic(self.out / "done.json", done)
         self.metrics.close()
         if self.state_dir.exists():
             shutil.rmtree(self.state_dir)
+        release_run_folder(self.out)
         return done

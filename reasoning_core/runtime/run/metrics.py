@@ -6,9 +6,11 @@ its ``done.json`` says, so that the committed ``metrics.jsonl`` alone describes 
 run: ``done.json`` is not committed). Wall-clock measurements go only under keys starting with ``time/``,
 so two runs with the same seed compare equal on everything else (see ARCHITECTURE.md).
 
-Lines are flushed as they are written. A resumed run truncates the file back to the byte
-offset recorded with its last saved training state, so lines logged after that state (and a
-half-written line from a killed process) are dropped and written again.
+Lines are flushed as they are written. A resumed run puts the file back to exactly the records
+its last saved training state had (it counts records, :meth:`MetricsWriter.restore`), so lines
+logged after that state (and a half-written line from a killed process) are dropped and written
+again; a file with fewer records than that, or a damaged one among them, stops the run with a
+message naming the file and line.
 
 :class:`MetricsWriter` is the one writer of a run's metrics: it also hands every line to the
 trackers it was given (TensorBoard, W&B: :mod:`reasoning_core.runtime.run.trackers`).
@@ -51,23 +53,68 @@ class MetricsWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a", encoding="utf-8")
         self.trackers = list(trackers)
+        self._records = self.path.read_bytes().count(b"\n")  # complete lines so far
 
     @property
     def offset(self) -> int:
-        """Byte length of the file so far (recorded with a training state for resume)."""
+        """Byte length of the file so far."""
         self._file.flush()
         return self._file.tell()
 
-    def truncate(self, offset: int) -> None:
-        """Cut the file back to ``offset`` bytes (what it held when a state was saved); the
-        trackers rewind to the step of the last line kept."""
+    @property
+    def records(self) -> int:
+        """Records (complete lines) in the file so far: what a saved training state records,
+        for :meth:`restore`."""
+        return self._records
+
+    def restore(self, records: int) -> None:
+        """Cut the file back to its first ``records`` lines (what it held when a training state
+        was saved); the trackers rewind to the step of the last line kept.
+
+        Raises ``ValueError`` naming the file (and line) when it holds fewer complete records
+        than that or a damaged one among them: it was cut or edited after the state was saved,
+        and the steps it lost would not be logged again."""
         self._file.flush()
-        self._file.truncate(min(offset, self._file.tell()))
+        data = self.path.read_bytes()
+        end = 0
+        for lineno in range(1, records + 1):
+            newline = data.find(b"\n", end)
+            if newline < 0:
+                raise ValueError(
+                    f"{self.path} holds {lineno - 1} complete records; the saved training state "
+                    f"was saved after {records}: the file was cut or replaced since"
+                )
+            line = data[end:newline]
+            try:
+                ok = isinstance(json.loads(line.decode("utf-8")), dict)
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                ok = False
+            if not ok:
+                raise ValueError(
+                    f"{self.path}:{lineno}: not a JSON record (torn or edited); the saved "
+                    f"training state was saved after {records} records"
+                )
+            end = newline + 1
+        self._file.truncate(end)
         self._file.seek(0, os.SEEK_END)
+        self._records = records
         if self.trackers:
             kept = read_metrics(self.path, damaged="skip")
             for tracker in self.trackers:
                 tracker.rewind(int(kept[-1]["step"]) if kept else -1)
+
+    def truncate(self, offset: int) -> None:
+        """Cut the file back to ``offset`` bytes: the first records that fit in them (states
+        saved before records were counted say how many this way). Raises ``ValueError`` when
+        the file is shorter than ``offset`` (see :meth:`restore`)."""
+        self._file.flush()
+        data = self.path.read_bytes()
+        if len(data) < offset:
+            raise ValueError(
+                f"{self.path} holds {len(data)} bytes; the saved training state was saved "
+                f"after {offset}: the file was cut or replaced since"
+            )
+        self.restore(data[:offset].count(b"\n"))
 
     def log(self, values: dict[str, Any], *, step: int, split: str) -> dict[str, Any]:
         """Write one line ``{"step": step, "split": split, **values}`` and flush it."""
@@ -77,6 +124,7 @@ class MetricsWriter:
         record.update({k: _plain(v) for k, v in values.items()})
         self._file.write(json.dumps(record, sort_keys=False) + "\n")
         self._file.flush()
+        self._records += 1
         for tracker in self.trackers:
             tracker.log(record)
         return record
@@ -148,14 +196,15 @@ def write_generations(out_dir: str | Path, step: int, records: list[dict[str, An
     return path
 
 
-def finished_run(out: str | Path, command: str) -> dict[str, Any] | None:
-    """``done.json``'s data (after saying so on stderr) when ``out`` is a finished run of
-    ``command``, else None: every command returns at once on a folder it already completed."""
-    done = Path(out) / "done.json"
-    if not done.is_file():
-        return None
-    print(f"[{command}] {out} is already complete (done.json)", file=sys.stderr)
-    return json.loads(done.read_text())
+def finished_run(out: str | Path, command: str, cfg: Any) -> dict[str, Any] | None:
+    """``done.json``'s data (after saying so on stderr) when ``out`` holds this very run of
+    ``command`` finished with the settings ``cfg``, else None; a folder finished by another
+    command or with other settings, or holding files no run wrote, is refused with a
+    ``ConfigError`` naming it (:func:`reasoning_core.runtime.run.ownership.check_run_folder`)."""
+    from reasoning_core.runtime.run.ownership import check_run_folder
+    from reasoning_core.runtime.run.resume import RESUME_MAY_CHANGE
+
+    return check_run_folder(out, command, cfg, may_change=RESUME_MAY_CHANGE)
 
 
 def write_json_atomic(path: str | Path, data: dict[str, Any]) -> Path:

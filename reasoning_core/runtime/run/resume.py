@@ -15,20 +15,19 @@ process killed at any moment leaves either the old or the new state, never a tor
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import yaml
 
 from reasoning_core.runtime.errors import ConfigError, StateError
 from reasoning_core.runtime.run.checkpoint import replace_atomically, temporary_folder
-from reasoning_core.runtime.settings import provenance
+from reasoning_core.runtime.settings.config import settings_changes
 
 STATE_FILE = "trainer_state.pt"
 COUNTERS_FILE = "counters.json"
@@ -42,30 +41,14 @@ RESUME_MAY_CHANGE = {
 
 def check_same_settings(saved: str | Path, cfg: Any, *, may_change: set[str], what: str) -> None:
     """Raise :class:`ConfigError` when the resolved ``cfg`` differs from the ``config.yaml`` at
-    ``saved`` in a setting outside ``may_change`` (placement: threads, device, progress bars).
+    ``saved`` in a setting outside ``may_change`` (:func:`settings_changes`).
 
     Used before resuming a run: ``what`` (e.g. the state folder) was saved under ``saved``'s
-    settings, and continuing it under others would mix two experiments in one run folder.
-    Nothing to compare (no file) is not an error, nor is a setting only one side has (saved by
-    an older or newer version)."""
-    saved = Path(saved)
-    if not saved.is_file():
-        return
+    settings, and continuing it under others would mix two experiments in one run folder."""
     try:
-        old = yaml.safe_load(saved.read_text(encoding="utf-8")) or {}
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{saved}: unreadable ({exc}); it describes {what}") from None
-    data = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(cfg)
-    new = yaml.safe_load(yaml.safe_dump(data, sort_keys=False))  # as save_config writes it
-    # Only settings both sides know: one that a newer version added (or an older one had) says
-    # nothing about this experiment.
-    # The code's provenance (commit, versions) is no setting: a run resumes after a commit.
-    ignored = set(may_change) | {provenance.KEY}
-    changes = [
-        f"{key} {old[key]!r} -> {new[key]!r}"
-        for key in sorted(set(old) & set(new))
-        if key not in ignored and old[key] != new[key]
-    ]
+        changes = settings_changes(saved, cfg, may_change=may_change)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}; it describes {what}") from None
     if changes:
         raise ConfigError(
             f"{what} was saved by a run with other settings: {'; '.join(changes)} "
@@ -105,18 +88,29 @@ def save_state(
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_folder(final)
-    torch.save(
-        {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict() if scheduler is not None else None,
-            "rng": rng_state(),
-            "counters": counters,
-        },
-        tmp / STATE_FILE,
-    )
-    # A human-readable copy of the counters (the .pt file is authoritative).
-    (tmp / COUNTERS_FILE).write_text(json.dumps(counters, indent=2, default=str) + "\n")
+    try:
+        torch.save(
+            {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                "rng": rng_state(),
+                "counters": counters,
+            },
+            tmp / STATE_FILE,
+        )
+        # A human-readable copy of the counters (the .pt file is authoritative).
+        (tmp / COUNTERS_FILE).write_text(json.dumps(counters, indent=2, default=str) + "\n")
+    except (OSError, RuntimeError) as exc:
+        # torch reports a full disk as "RuntimeError: [enforce fail at inline_container.cc]
+        # ... unexpected pos"; the partial copy (possibly gigabytes) must not stay behind.
+        shutil.rmtree(tmp, ignore_errors=True)
+        kept = f"the state saved before stays in {final}" if final.exists() else "none was kept"
+        raise StateError(
+            f"saving the training state to {final} failed ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else exc!r}); {kept}. Is the disk full? "
+            "Free space, then run the same command to go on from the last saved state"
+        ) from None
     replace_atomically(tmp, final)
     return final
 

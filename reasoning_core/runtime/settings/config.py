@@ -147,10 +147,14 @@ def _check_type(name: str, value: Any, tp: Any, source: str) -> Any:
     return value
 
 
-def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -> T:
+def build_config(
+    cls: type[T], values: dict[str, Any], source: str = "config", *, validate: bool = True
+) -> T:
     """Instantiate dataclass ``cls`` from ``values``; unknown keys and bad types raise
     :class:`ConfigError` naming the setting and ``source``. Missing keys take defaults;
-    a field without a default that is missing is an error too."""
+    a field without a default that is missing is an error too. ``validate=False`` skips the
+    class's own ``validate()`` (which may look at files, e.g. the model folder): the workflow
+    checks its sweep tables that way when it plans, before the models exist."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     renamed = getattr(cls, "RENAMED", {})  # a settings class's old names -> its new ones
@@ -172,9 +176,9 @@ def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ConfigError(f"{source}: required setting {name!r} is missing")
     obj = cls(**kwargs)
-    validate = getattr(obj, "validate", None)
-    if callable(validate):
-        validate()
+    check = getattr(obj, "validate", None)
+    if validate and callable(check):
+        check()
     return obj
 
 
@@ -250,6 +254,33 @@ def resolve_command(
         print(f"rrl {section}: {exc}", file=sys.stderr)
         return None
     return cfg, args
+
+
+def settings_changes(saved: str | Path, cfg: Any, *, may_change: set[str]) -> list[str]:
+    """How the resolved ``cfg`` differs from the ``config.yaml`` at ``saved``: one
+    ``"name old -> new"`` per setting outside ``may_change`` (placement: threads, device,
+    progress bars). Nothing to compare (no file) gives none, as does a setting only one side
+    has (saved by an older or newer version)."""
+    saved = Path(saved)
+    if not saved.is_file():
+        return []
+    try:
+        old = yaml.safe_load(saved.read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{saved}: unreadable ({exc})") from None
+    if not isinstance(old, dict):
+        raise ConfigError(f"{saved}: not a mapping of settings")
+    data = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(cfg)
+    new = yaml.safe_load(yaml.safe_dump(data, sort_keys=False))  # as save_config writes it
+    # Only settings both sides know: one that a newer version added (or an older one had) says
+    # nothing about this experiment.
+    # The code's provenance (commit, versions) is no setting: a run resumes after a commit.
+    ignored = set(may_change) | {provenance.KEY}
+    return [
+        f"{key} {old[key]!r} -> {new[key]!r}"
+        for key in sorted(set(old) & set(new))
+        if key not in ignored and old[key] != new[key]
+    ]
 
 
 def save_config(cfg: Any, out_dir: str | Path) -> Path:

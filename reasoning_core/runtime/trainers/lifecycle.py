@@ -30,9 +30,11 @@ from reasoning_core.runtime.engines import make_engine, resolve_engine
 from reasoning_core.runtime.engines.rollout import RolloutEngine
 from reasoning_core.runtime.errors import ConfigError
 from reasoning_core.runtime.evaluation.loop import evaluate_policy
-from reasoning_core.runtime.evaluation.summary import eval_line_stats
-from reasoning_core.runtime.run.folder import RunContext, is_done
+from reasoning_core.runtime.evaluation.summary import eval_line_stats, load_eval_examples
+from reasoning_core.runtime.run import ownership
+from reasoning_core.runtime.run.folder import RunContext
 from reasoning_core.runtime.run.metrics import write_generations
+from reasoning_core.runtime.run.resume import RESUME_MAY_CHANGE
 from reasoning_core.runtime.settings.config import resolve_command
 from reasoning_core.runtime.training.batching import MicroBatchSize
 from reasoning_core.runtime.training.policy import (
@@ -49,10 +51,9 @@ from reasoning_core.runtime.training.settings import CommonConfig, engine_option
 def start_run(
     cfg: CommonConfig, out: str | Path, method: str
 ) -> tuple[torch.device, envs.Task] | None:
-    """How every trainer starts: None (after saying so) when ``out`` is already complete;
-    otherwise set threads and seeds and return ``(device, task)``."""
-    if is_done(out):
-        print(f"[{method}] {out} is already complete (done.json)", file=sys.stderr)
+    """How every trainer starts: None (after saying so) when ``out`` holds this run finished,
+    else threads, seeds and ``(device, task)``; see :func:`ownership.check_run_folder`."""
+    if ownership.check_run_folder(out, method, cfg, may_change=RESUME_MAY_CHANGE) is not None:
         return None
     setup_torch(cfg)
     return resolve_device(cfg.device), envs.get_task(cfg.task)
@@ -73,7 +74,7 @@ class Evaluator:
         self.cfg = cfg
         self.task = task
         self.tokenizer = tokenizer
-        self.examples = task.load(cfg.eval_split, limit=cfg.eval_examples)
+        self.examples = load_eval_examples(task, cfg)
         self.params = eval_params(cfg)
         self.entropy_micro = MicroBatchSize(
             max(8, cfg.micro_batch_size),
@@ -221,6 +222,7 @@ def after_iteration(t: Training, total: int, **counters: int) -> bool:
     done = iterations[0] if iterations else step
     cfg = t.run.cfg
     is_last = done == total
+    t.run.iterations = {"iterations_done": done, "iterations_planned": total}
     if not is_last and t.run.over_budget():
         t.run.budget_stop = {"iterations_done": done, "iterations_planned": total}
         print(

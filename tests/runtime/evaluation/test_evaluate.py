@@ -242,7 +242,7 @@ def test_interrupted_eval_leaves_nothing_marked_complete_and_reruns(
     monkeypatch.setattr(evaluate, "build_engine", lambda cfg: Interrupted(scripted_for(examples)))
     with pytest.raises(KeyboardInterrupt):
         evaluate.main(argv)
-    assert sorted(p.name for p in out.iterdir()) == ["config.yaml"]
+    assert sorted(p.name for p in out.iterdir()) == [".rrl-run", "config.yaml"]
     assert find_runs(tmp_path / "results") == []
     engine = ScriptedEngine(scripted_for(examples))
     monkeypatch.setattr(evaluate, "build_engine", lambda cfg: engine)
@@ -409,6 +409,7 @@ def test_rerun_after_a_crash_before_done_json_logs_one_eval_line(
     must then hold only the new line, not the stale one too."""
     out = tmp_path / "run"
     out.mkdir()
+    (out / ".rrl-run").write_text('{"command": "eval"}\n')  # as the killed run left it
     stale = {"step": 0, "split": "eval", "accuracy": 0.99, "num_examples": 6}
     (out / "metrics.jsonl").write_text(json.dumps(stale) + "\n")
     monkeypatch.setattr(

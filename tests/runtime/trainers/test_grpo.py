@@ -70,6 +70,9 @@ def test_grpo_run_writes_every_output_and_is_reproducible(world, tmp_path, monke
     done = json.loads((run / "done.json").read_text())
     assert done["eval_accuracy"] == evals[-1]["accuracy"]
     assert done["eval_examples"] == 8 and done["wall_seconds"] > 0
+    # `step` counts optimizer steps; the GRPO steps the user set are said apart.
+    assert (done["step"], done["optimizer_steps"]) == (8, 8)
+    assert (done["iterations_done"], done["iterations_planned"]) == (4, GRPO["n_grpo_steps"])
     assert (run / "config.yaml").is_file()
     assert (run / "checkpoint" / "model.safetensors").is_file()
     assert (run / "checkpoint" / "tokenizer.json").is_file()
