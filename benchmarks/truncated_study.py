@@ -26,7 +26,7 @@ from reasoning_core.runtime.report.bands import with_grpo_steps
 from reasoning_core.runtime.report.runs import find_runs, read_metrics, seed_folders
 from reasoning_core.runtime.report.seeds import mean_std_ci95
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from readme_tables import job_benchmarks  # noqa: E402
 
 TRUNCATED = ("grpo", "leaderboard")  # experiments whose runs are GRPO runs

@@ -15,7 +15,6 @@ import dataclasses
 
 import pytest
 import torch
-from project_root import load_script
 from tiny_model import build_model, build_tokenizer, make_canonical_sampler
 
 from reasoning_core import get_response_log_probs
@@ -25,14 +24,20 @@ from reasoning_core.runtime.evaluation import generations
 from reasoning_core.runtime.evaluation.loop import evaluate_policy
 
 
-def load_benchmark():
-    return load_script("benchmarks/eval_entropy.py")
+class WithoutEntropies:
+    """The wrapped engine with ``entropies`` dropped from its completions (as vLLM returns
+    them): ``evaluate_policy`` then runs the second forward on the very same samples (the
+    path the engine's entropies replaced)."""
 
+    def __init__(self, engine):
+        self.engine = engine
 
-# The benchmark's old path (the engine with ``entropies`` dropped from its completions, as vLLM
-# returns them), so ``evaluate_policy`` runs the second forward on the very same samples; the
-# tests below also check what benchmarks/eval_entropy.py compares.
-WithoutEntropies = load_benchmark().WithoutEntropies
+    def generate(self, prompts, params):
+        out = self.engine.generate(prompts, params)
+        return [[dataclasses.replace(c, entropies=None) for c in group] for group in out]
+
+    def sync_weights(self, model):
+        self.engine.sync_weights(model)
 
 
 class Recording:
