@@ -1,8 +1,8 @@
 # The reasoning-rl study: every experiment of CS336 assignment 5 as rules.
 #
 #   snakemake --cores 2                                          # the tiny CPU world (default)
-#   snakemake --cores 2 results/grpo/lr~3e-4/seeds.json          # one run, every seed
-#   snakemake --cores 2 results/grpo/lr~3e-4/seed~1/done.json    # one run, one seed
+#   snakemake --cores 2 results/default/grpo/lr~3e-4/seeds.json          # one run, every seed
+#   snakemake --cores 2 results/default/grpo/lr~3e-4/seed~1/done.json    # one run, one seed
 #   snakemake --cores 2 --configfile workflow/config/smoke.yaml  # the same DAG in minutes
 #   snakemake --workflow-profile workflow/profiles/slurm --configfile workflow/config/gpu_math.yaml
 #

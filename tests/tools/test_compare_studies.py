@@ -9,7 +9,7 @@ import shutil
 from project_root import ROOT, load_script
 
 compare_studies = load_script("tools/compare_studies.py")
-RESULTS = ROOT / "results"
+RESULTS = ROOT / "results" / "default"
 
 
 def test_the_committed_study_agrees_with_itself():

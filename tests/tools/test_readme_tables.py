@@ -12,7 +12,7 @@ tables = load_script("tools/readme_tables.py")
 @pytest.mark.parametrize("document", tables.DOCUMENTS)
 def test_documents_show_the_committed_results(document):
     text = (ROOT / document).read_text(encoding="utf-8")
-    generated = tables.blocks(ROOT / "results")
+    generated = tables.blocks(ROOT / "results" / "default")
     found = [m.group(2) for m in tables.BLOCK.finditer(text)]
     assert "runs" in found, f"{document} has no results:runs block"
     assert text == tables.render(text, generated), (
@@ -22,15 +22,15 @@ def test_documents_show_the_committed_results(document):
 
 def test_results_page_has_every_table_and_the_readme_the_run_table():
     on_page = {m.group(2) for m in tables.BLOCK.finditer((ROOT / "docs/results.md").read_text())}
-    assert on_page == set(tables.blocks(ROOT / "results"))
+    assert on_page == set(tables.blocks(ROOT / "results" / "default"))
     in_readme = [m.group(2) for m in tables.BLOCK.finditer((ROOT / "README.md").read_text())]
     assert in_readme == ["runs"]
 
 
 def test_blocks_have_a_row_per_run_and_per_comparison():
-    summary = tables.read_tsv(ROOT / "results/summary.tsv")
-    ablations = tables.read_tsv(ROOT / "results/ablations.tsv")
-    generated = tables.blocks(ROOT / "results")
+    summary = tables.read_tsv(ROOT / "results/default/summary.tsv")
+    ablations = tables.read_tsv(ROOT / "results/default/ablations.tsv")
+    generated = tables.blocks(ROOT / "results" / "default")
     runs = {r["run"] for r in summary if r["run"] != "base"}
     assert len(generated["runs"]) == 2 + len(runs)
     against_baseline = sum(

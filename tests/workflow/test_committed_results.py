@@ -10,7 +10,8 @@ from project_root import ROOT
 
 from reasoning_core.runtime.report.runs import read_metrics
 
-RESULTS = ROOT / "results"
+STUDIES = ROOT / "results"  # each study a folder: default/, robustness/, mismatch/
+RESULTS = STUDIES / "default"
 
 
 def first_eval(run):
@@ -35,7 +36,7 @@ def test_step_0_of_every_run_from_the_base_is_zero_shot_of_the_same_seed():
     assert len({(z["accuracy"], z["response_length"]) for z in zero.values()}) == 3
     checked = []
     zero_cfg = yaml.safe_load((RESULTS / "zero_shot/seed~0/config.yaml").read_text())
-    for path in sorted(RESULTS.glob("*/**/seed~*/config.yaml")):
+    for path in sorted(STUDIES.glob("*/**/seed~*/config.yaml")):
         run = path.parent
         cfg = yaml.safe_load(path.read_text())
         if (
@@ -65,14 +66,14 @@ def test_committed_robustness_table_is_what_rrl_robustness_writes(tmp_path):
 
     bases = {
         "shipped": RESULTS / "summary.tsv",
-        "avx512_base": RESULTS / "robustness/avx512_base/summary.tsv",
-        "base~1": RESULTS / "robustness/base~1/summary.tsv",
-        "base~2": RESULTS / "robustness/base~2/summary.tsv",
+        "avx512_base": STUDIES / "robustness/avx512_base/summary.tsv",
+        "base~1": STUDIES / "robustness/base~1/summary.tsv",
+        "base~2": STUDIES / "robustness/base~2/summary.tsv",
     }
-    readme = (RESULTS / "robustness/README.md").read_text()
+    readme = (STUDIES / "robustness/README.md").read_text()
     for name, path in bases.items():
-        assert f"--base {name}=results/{path.relative_to(RESULTS)}" in readme
+        assert f"--base {name}=results/{path.relative_to(STUDIES)}" in readme
     out = tmp_path / "robustness.tsv"
     args = [a for name, path in bases.items() for a in ("--base", f"{name}={path}")]
     assert main_robustness([*args, "--out", str(out)]) == 0
-    assert out.read_text() == (RESULTS / "robustness/robustness.tsv").read_text()
+    assert out.read_text() == (STUDIES / "robustness/robustness.tsv").read_text()

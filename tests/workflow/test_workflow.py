@@ -76,20 +76,20 @@ def test_default_study_plan_shares_the_control_and_runs_two_jobs_at_once(tmp_pat
     # The shipped base is a source, not a rule's output: never rebuilt, whatever its files'
     # times; zero-shot and the runs from the base take its weights as input.
     assert not [j for j in jobs if j["rule"] == "tiny_world"]
-    [zero] = [j for j in jobs if j.get("output") == "results/zero_shot/seed~0/done.json"]
+    [zero] = [j for j in jobs if j.get("output") == "results/default/zero_shot/seed~0/done.json"]
     assert f"{SHIPPED_BASE}/model.safetensors" in zero["input"].split(", ")
     outputs = [j["output"] for j in jobs if "output" in j]
     assert len(outputs) == len(set(outputs))
-    assert "results/summary.tsv" in outputs
+    assert "results/default/summary.tsv" in outputs
     # Every run once per seed (0, 1, 2), zero-shot included, and one seeds.json per run across
     # seeds; the base model once.
     for seed in (0, 1, 2):
-        assert f"results/grpo/default/seed~{seed}/done.json" in outputs
-        assert f"results/leaderboard/seed~{seed}/done.json" in outputs
-        assert f"results/zero_shot/seed~{seed}/done.json" in outputs
-    assert "results/grpo/default/done.json" not in outputs
-    assert "results/zero_shot/done.json" not in outputs
-    assert "results/base/done.json" not in outputs
+        assert f"results/default/grpo/default/seed~{seed}/done.json" in outputs
+        assert f"results/default/leaderboard/seed~{seed}/done.json" in outputs
+        assert f"results/default/zero_shot/seed~{seed}/done.json" in outputs
+    assert "results/default/grpo/default/done.json" not in outputs
+    assert "results/default/zero_shot/done.json" not in outputs
+    assert "results/default/base/done.json" not in outputs
     by_rule = {}
     for job in jobs:
         by_rule.setdefault(job["rule"], []).append(job)
@@ -101,13 +101,14 @@ def test_default_study_plan_shares_the_control_and_runs_two_jobs_at_once(tmp_pat
     [summary] = by_rule["summary"]
     inputs = summary["input"].split(", ")
     assert (
-        "results/grpo/lr~3e-4/seeds.json" in inputs and "results/leaderboard/seeds.json" in inputs
+        "results/default/grpo/lr~3e-4/seeds.json" in inputs
+        and "results/default/leaderboard/seeds.json" in inputs
     )
-    assert "results/zero_shot/seeds.json" in inputs
+    assert "results/default/zero_shot/seeds.json" in inputs
     assert all(j["output"].endswith("/seeds.json") for j in by_rule["seeds"])
     # Plots read the run folders and wait for every seed.
     [methods] = by_rule["plot_methods"]
-    assert "results/grpo/default/seed~2/done.json" in methods["input"].split(", ")
+    assert "results/default/grpo/default/seed~2/done.json" in methods["input"].split(", ")
 
     # model_path null builds a base once, on two threads (nothing else can start before it),
     # from the pretraining seed `base_seed`.
@@ -116,8 +117,8 @@ def test_default_study_plan_shares_the_control_and_runs_two_jobs_at_once(tmp_pat
     )
     assert built.returncode == 0, built.stderr + built.stdout
     [base] = [j for j in planned_jobs(built.stdout) if j["rule"] == "tiny_world"]
-    assert base["threads"] == "2" and base["output"] == "results/base/done.json"
-    assert " --set seed=2 --out results/base " in built.stdout
+    assert base["threads"] == "2" and base["output"] == "results/default/base/done.json"
+    assert " --set seed=2 --out results/default/base " in built.stdout
 
     # threads_per_job: 2 runs one heavy job at a time on two cores.
     two = snakemake("-n", "--cores", "2", "--config", "threads_per_job=2", cwd=tmp_path)
@@ -133,11 +134,11 @@ def test_leaderboard_seed_starts_from_the_same_sft_seed(tmp_path):
     assert result.returncode == 0, result.stderr + result.stdout
     jobs = planned_jobs(result.stdout)
     boards = sorted(j["output"] for j in jobs if j["rule"] == "leaderboard")
-    assert boards == [f"results/leaderboard/seed~{n}/done.json" for n in (3, 7)]
+    assert boards == [f"results/default/leaderboard/seed~{n}/done.json" for n in (3, 7)]
     for job in jobs:
         if job["rule"] == "leaderboard":
             seed = job["wildcards"].removeprefix("seed=")
-            assert f"results/sft/default/seed~{seed}/done.json" in job["input"].split(", ")
+            assert f"results/default/sft/default/seed~{seed}/done.json" in job["input"].split(", ")
     lines = [line.removeprefix("Shell command: ") for line in result.stdout.splitlines()]
     # Every run's seed folder N, of every family, trains (or evaluates) with --set seed=N.
     commands = [line for line in lines if re.match(r"rrl (eval|sft|ei|grpo) ", line)]
@@ -149,15 +150,15 @@ def test_leaderboard_seed_starts_from_the_same_sft_seed(tmp_path):
     zero = sorted(line for line in lines if line.startswith("rrl eval "))
     assert len(zero) == 2
     for seed, line in zip((3, 7), zero, strict=True):
-        assert f"--set seed={seed} --out results/zero_shot/seed~{seed} >" in line
+        assert f"--set seed={seed} --out results/default/zero_shot/seed~{seed} >" in line
     lines = [line for line in lines if line.startswith("rrl grpo ")]
-    board = [line for line in lines if "--out results/leaderboard/seed~7" in line]
+    board = [line for line in lines if "--out results/default/leaderboard/seed~7" in line]
     assert len(board) == 1
-    assert "--set model_path=results/sft/default/seed~7/checkpoint" in board[0]
+    assert "--set model_path=results/default/sft/default/seed~7/checkpoint" in board[0]
     assert board[0].endswith(
-        "--set seed=7 --out results/leaderboard/seed~7 > results/logs/leaderboard/seed~7.log 2>&1"
+        "--set seed=7 --out results/default/leaderboard/seed~7 > results/default/logs/leaderboard/seed~7.log 2>&1"
     )
-    runs = [line for line in lines if "--out results/grpo/lr~3e-4/seed~3" in line]
+    runs = [line for line in lines if "--out results/default/grpo/lr~3e-4/seed~3" in line]
     assert len(runs) == 1 and "--set lr=3e-4 --set seed=3 --out" in runs[0]
 
 
@@ -213,12 +214,12 @@ def test_rows_equal_to_the_defaults_reuse_the_default_run(tmp_path):
     assert result.returncode == 0, result.stderr + result.stdout
     grpo = sorted(j["output"] for j in planned_jobs(result.stdout) if j["rule"] == "grpo")
     assert grpo == [  # one seed (the schema's default seeds: [0])
-        "results/grpo/default/seed~0/done.json",
-        "results/grpo/loss_type~no_baseline/seed~0/done.json",
-        "results/grpo/lr~3e-5/seed~0/done.json",
+        "results/default/grpo/default/seed~0/done.json",
+        "results/default/grpo/loss_type~no_baseline/seed~0/done.json",
+        "results/default/grpo/lr~3e-5/seed~0/done.json",
     ]
     # The variant's settings reach the command line as --set overrides.
-    target = "results/grpo/lr~3e-5/seed~0/done.json"
+    target = "results/default/grpo/lr~3e-5/seed~0/done.json"
     shell = snakemake(target, "-n", "-p", "--configfile", str(config), cwd=tmp_path)
     assert "--set lr=3e-5 --set seed=0" in shell.stdout
     assert f"--set model_path={tmp_path}" in shell.stdout
@@ -243,7 +244,7 @@ def test_schema_rejects_unknown_settings_and_fills_defaults(tmp_path):
     config.write_text("methods: workflow/config/methods/tiny.yaml\n")
     good = snakemake("-n", "--configfile", str(config), cwd=tmp_path)
     assert good.returncode == 0, good.stderr + good.stdout
-    assert "results/base/done.json" in good.stdout  # results_dir, model_path: defaults
+    assert "results/default/base/done.json" in good.stdout  # results_dir, model_path: defaults
 
 
 def test_lint_reports_nothing(tmp_path):
@@ -420,7 +421,7 @@ def test_smoke_workflow_runs_end_to_end(tmp_path):
     assert float(row["diff"]) == pytest.approx(float(row["run_mean"]) - float(row["baseline_mean"]))
     assert row["diff_ci95"] == row["clear"] == ""
     # Benchmarks of training rules; logs of every rule.
-    assert (results / "benchmarks" / "grpo" / "default" / "seed~0.tsv").is_file()
+    assert (results / "job_times" / "grpo" / "default" / "seed~0.tsv").is_file()
     assert (results / "logs" / "summary.log").is_file()
 
     # The HTML report gathers every figure with its caption.
@@ -559,7 +560,7 @@ def test_finished_jobs_rerun_for_their_own_settings_not_for_the_methods_files_by
     shutil.copy(ROOT / "workflow/config/methods/tiny.yaml", methods)
     config = tmp_path / "config.yaml"
     config.write_text(f"methods: {methods}\nmodel_path: null\n")
-    targets = ["results/base/done.json", "results/zero_shot/seed~0/done.json"]
+    targets = ["results/default/base/done.json", "results/default/zero_shot/seed~0/done.json"]
     env = dict(os.environ, PATH=f"{fake}{os.pathsep}{BIN}{os.pathsep}{os.environ['PATH']}")
 
     def run(*args):
@@ -575,7 +576,7 @@ def test_finished_jobs_rerun_for_their_own_settings_not_for_the_methods_files_by
 
     first = run()
     assert first.returncode == 0, first.stderr + first.stdout
-    assert (tmp_path / "results/zero_shot/seed~0/done.json").is_file()
+    assert (tmp_path / "results/default/zero_shot/seed~0/done.json").is_file()
 
     text = methods.read_text()
     methods.write_text(

@@ -64,7 +64,7 @@ def test_tiny_study_keeps_its_builtin_pool_and_default_start(tmp_path):
     assert len(boards) == 3  # seeds 0, 1, 2: each from the same seed of the default SFT run
     for board in boards:
         seed = board["wildcards"].removeprefix("seed=")
-        assert f"results/sft/default/seed~{seed}/done.json" in board["input"].split(", ")
+        assert f"results/default/sft/default/seed~{seed}/done.json" in board["input"].split(", ")
 
 
 def test_sft_data_setting_replaces_the_rule(tmp_path):

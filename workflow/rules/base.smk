@@ -9,7 +9,7 @@ rule tiny_world:
     log:
         f"{R}/logs/base.log",
     benchmark:
-        f"{R}/benchmarks/base.tsv"
+        f"{R}/job_times/base.tsv"
     conda:
         "../envs/rrl.yaml"
     # The tiny world trains on its own num_threads torch threads (2 in tiny.yaml); nothing

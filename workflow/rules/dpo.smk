@@ -18,7 +18,7 @@ rule dpo_pairs:
     log:
         f"{R}/logs/dpo_pairs/{{variant}}/seed~{{seed}}.log",
     benchmark:
-        f"{R}/benchmarks/dpo_pairs/{{variant}}/seed~{{seed}}.tsv"
+        f"{R}/job_times/dpo_pairs/{{variant}}/seed~{{seed}}.tsv"
     wildcard_constraints:
         variant=VARIANT_REGEX,
         seed=SEED_REGEX,
@@ -50,7 +50,7 @@ use rule grpo as dpo with:
     log:
         f"{R}/logs/dpo/{{variant}}/seed~{{seed}}.log",
     benchmark:
-        f"{R}/benchmarks/dpo/{{variant}}/seed~{{seed}}.tsv"
+        f"{R}/job_times/dpo/{{variant}}/seed~{{seed}}.tsv"
     params:
         methods=METHODS_FILE,
         section=section_digest("dpo"),

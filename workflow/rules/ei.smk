@@ -9,7 +9,7 @@ use rule sft as ei with:
     log:
         f"{R}/logs/ei/{{variant}}/seed~{{seed}}.log",
     benchmark:
-        f"{R}/benchmarks/ei/{{variant}}/seed~{{seed}}.tsv"
+        f"{R}/job_times/ei/{{variant}}/seed~{{seed}}.tsv"
     params:
         methods=METHODS_FILE,
         section=section_digest("ei"),

@@ -11,7 +11,7 @@ rule zero_shot:
     log:
         f"{R}/logs/zero_shot/seed~{{seed}}.log",
     benchmark:
-        f"{R}/benchmarks/zero_shot/seed~{{seed}}.tsv"
+        f"{R}/job_times/zero_shot/seed~{{seed}}.tsv"
     wildcard_constraints:
         seed=SEED_REGEX,
     conda:

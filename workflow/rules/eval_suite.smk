@@ -40,7 +40,7 @@ rule eval_suite_base:
     log:
         f"{R}/logs/eval_suite/base.log",
     benchmark:
-        f"{R}/benchmarks/eval_suite/base.tsv"
+        f"{R}/job_times/eval_suite/base.tsv"
     conda:
         "../envs/rrl.yaml"
     threads: THREADS
@@ -64,7 +64,7 @@ rule eval_suite_run:
     log:
         f"{R}/logs/eval_suite/{{run}}.log",
     benchmark:
-        f"{R}/benchmarks/eval_suite/{{run}}.tsv"
+        f"{R}/job_times/eval_suite/{{run}}.tsv"
     wildcard_constraints:
         run=EVAL_SUITE_RUN_REGEX,
     conda:

@@ -11,7 +11,7 @@ use rule sft as grpo with:
     log:
         f"{R}/logs/grpo/{{variant}}/seed~{{seed}}.log",
     benchmark:
-        f"{R}/benchmarks/grpo/{{variant}}/seed~{{seed}}.tsv"
+        f"{R}/job_times/grpo/{{variant}}/seed~{{seed}}.tsv"
     params:
         methods=METHODS_FILE,
         section=section_digest("grpo"),
@@ -35,7 +35,7 @@ use rule grpo as leaderboard with:
     log:
         f"{R}/logs/leaderboard/seed~{{seed}}.log",
     benchmark:
-        f"{R}/benchmarks/leaderboard/seed~{{seed}}.tsv"
+        f"{R}/job_times/leaderboard/seed~{{seed}}.tsv"
     wildcard_constraints:
         seed=SEED_REGEX,
     params:

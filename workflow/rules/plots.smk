@@ -1,4 +1,4 @@
-# Figures (from metrics.jsonl alone) and results/summary.tsv. PNGs marked for
+# Figures (from metrics.jsonl alone) and results/default/summary.tsv. PNGs marked for
 # `snakemake --report`.
 
 

@@ -34,7 +34,7 @@ rule sft:
     log:
         f"{R}/logs/sft/{{variant}}/seed~{{seed}}.log",
     benchmark:
-        f"{R}/benchmarks/sft/{{variant}}/seed~{{seed}}.tsv"
+        f"{R}/job_times/sft/{{variant}}/seed~{{seed}}.tsv"
     wildcard_constraints:
         variant=VARIANT_REGEX,
         seed=SEED_REGEX,

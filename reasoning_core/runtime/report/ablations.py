@@ -171,7 +171,7 @@ def main_ablations(argv: list[str] | None = None) -> int:
         "its 95%% Welch interval, from summary.tsv.",
     )
     parser.add_argument("--summary", required=True, help="summary.tsv (rrl summary)")
-    parser.add_argument("--out", required=True, help="TSV file, e.g. results/ablations.tsv")
+    parser.add_argument("--out", required=True, help="TSV file, e.g. results/default/ablations.tsv")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
         rows = ablation_rows(read_seed_values(args.summary))

@@ -1,6 +1,6 @@
 """Runs over several seeds: the mean and the 95% t-interval of the mean that every figure draws.
 
-A run folder (``results/grpo/default``) holds either its own ``metrics.jsonl`` (one seed, the
+A run folder (``results/default/grpo/default``) holds either its own ``metrics.jsonl`` (one seed, the
 layout of runs without a ``seeds`` setting) or one ``seed~N/`` folder per seed, each with its
 ``metrics.jsonl`` (see :func:`reasoning_core.runtime.report.runs.seed_folders`).
 

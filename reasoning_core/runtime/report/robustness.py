@@ -142,7 +142,7 @@ def main_robustness(argv: list[str] | None = None) -> int:
         action="append",
         required=True,
         metavar="NAME=SUMMARY",
-        help="a base's summary.tsv (repeat: two or more), e.g. base~0=results/summary.tsv",
+        help="a base's summary.tsv (repeat: two or more), e.g. base~0=results/default/summary.tsv",
     )
     parser.add_argument("--out", required=True, help="TSV file, e.g. results/robustness.tsv")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)

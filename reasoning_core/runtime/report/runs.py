@@ -138,7 +138,7 @@ def run_labels(runs: Sequence[str | Path], keys: Sequence[str]) -> list[str]:
 
 
 def short_names(runs: Sequence[str | Path]) -> list[str]:
-    """Run folders relative to their common parent (``results/sft/default`` -> ``sft/default``)."""
+    """Run folders relative to their common parent (``results/default/sft/default`` -> ``sft/default``)."""
     paths = [Path(r).resolve() for r in runs]
     if len(paths) == 1:
         return [paths[0].name]
@@ -217,7 +217,16 @@ def sampled_responses(folder: str | Path) -> int | None:
 
 
 # Folders that never hold a run's metrics.jsonl: not searched by find_runs.
-NOT_RUNS = {"checkpoint", "state", "generations", "plots", "logs", "benchmarks", "sft_data"}
+NOT_RUNS = {
+    "checkpoint",
+    "state",
+    "generations",
+    "plots",
+    "logs",
+    "job_times",
+    "benchmarks",
+    "sft_data",
+}
 
 
 def find_runs(results: str | Path) -> list[Path]:

@@ -174,7 +174,7 @@ def main_summary(argv: list[str] | None = None) -> int:
         "a seed~N folder standing for its run)",
     )
     parser.add_argument("--results", help="results folder (default: the folder of --out)")
-    parser.add_argument("--out", required=True, help="TSV file, e.g. results/summary.tsv")
+    parser.add_argument("--out", required=True, help="TSV file, e.g. results/default/summary.tsv")
     parser.add_argument("--seeds", nargs="+", type=int, help="only these seeds (default: all)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     results = Path(args.results) if args.results else Path(args.out).parent
