@@ -18,6 +18,10 @@ FAMILY_INFO = {
         "grpo",
         "a rollout engine off the policy (lagging, bfloat16), with and without TIS",
     ),
+    "grpo_variants": (
+        "grpo",
+        "the policy-gradient family after GRPO: estimators, losses, KL, sampling, controls",
+    ),
 }
 FAMILIES = [name for name in FAMILY_INFO if name in config["families"]]
 # Families whose accuracy is also drawn against wall-clock time.
@@ -168,6 +172,16 @@ TRAINING_PANELS = {
         *EVAL_PANELS,
     ],
     # A family's own panels, where its runs differ in more than the method's figure shows.
+    "grpo_variants": [
+        "train/reward",
+        "train/trained_reward",
+        "train/entropy",
+        "train/response_length",
+        "train/grad_norm",
+        "train/kl",
+        "train/dynamic_sampling/rounds",
+        *EVAL_PANELS,
+    ],
     "grpo_mismatch": [
         "train/reward",
         "train/rollout/logprob_diff_mean",

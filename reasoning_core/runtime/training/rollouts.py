@@ -220,21 +220,33 @@ class RolloutBatch:
 
 
 def sample_and_grade(
-    engine: RolloutEngine, model: Any, rollouts: Rollouts, *, step: int, count: int
+    engine: RolloutEngine,
+    model: Any,
+    rollouts: Rollouts,
+    *,
+    step: int,
+    count: int,
+    round_: int = 0,
 ) -> RolloutBatch:
     """Step ``step``'s rollouts: ``count`` questions drawn without replacement from the pool
-    (stream ``QUESTIONS``), the policy's weights synced into the engine (on every
-    ``sync_every``-th step; on the others the engine keeps the weights of its last sync),
-    ``params.n`` responses per question sampled with the step's seed (stream
-    ``ROLLOUT_SEED``), graded."""
-    picked = step_rng(rollouts.seed, Stream.QUESTIONS, step).choice(
-        len(rollouts.questions), size=count, replace=False
+    (stream ``QUESTIONS``; with replacement when the pool holds fewer, e.g. one-example
+    training), the policy's weights synced into the engine (on every ``sync_every``-th step;
+    on the others the engine keeps the weights of its last sync), ``params.n`` responses per
+    question sampled with the step's seed (stream ``ROLLOUT_SEED``), graded.
+
+    ``round_`` > 0 is an extra round of the same step (dynamic sampling): other questions and
+    another engine seed, keyed by ``(step, round_)``, and no weight sync (the engine already
+    holds the step's weights)."""
+    keys = (step,) if round_ == 0 else (step, round_)
+    replace = count > len(rollouts.questions)
+    picked = step_rng(rollouts.seed, Stream.QUESTIONS, *keys).choice(
+        len(rollouts.questions), size=count, replace=replace
     )
     questions = [rollouts.questions[int(i)] for i in picked]
     prompts = [rollouts.task.format_prompt(q, rollouts.template) for q in questions]
-    params = rollouts.params.replace(seed=step_seed(rollouts.seed, Stream.ROLLOUT_SEED, step))
+    params = rollouts.params.replace(seed=step_seed(rollouts.seed, Stream.ROLLOUT_SEED, *keys))
     t0 = time.perf_counter()
-    if step % rollouts.sync_every == 0:
+    if round_ == 0 and step % rollouts.sync_every == 0:
         engine.sync_weights(model)
     t1 = time.perf_counter()
     groups = engine.generate(prompts, params)

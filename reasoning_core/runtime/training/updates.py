@@ -16,13 +16,17 @@ still the same batch mean. ``rrl gpu-check`` times these very functions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, NamedTuple
 
 import torch
 
-from reasoning_core import grpo_microbatch_train_step, sft_microbatch_train_step
+from reasoning_core import (
+    grpo_microbatch_train_step,
+    sft_microbatch_train_step,
+    token_mean_constant,
+)
 from reasoning_core.runtime.training.batching import (
     MicroBatchSize,
     TokenBatch,
@@ -106,28 +110,42 @@ def accumulate_sft(
 @dataclass(frozen=True)
 class PolicyGradientLoss:
     """The GRPO objective's settings, under the names of ``rrl grpo``'s settings:
-    ``loss_type``, ``cliprange`` (grpo_clip), and ``length_normalization`` (how a response's
-    token losses become one number: ``masked_mean``, or ``masked_normalize`` by
-    ``normalize_constant``), which the core's train step calls ``length_norm``
+    ``loss_type``, ``cliprange`` (grpo_clip; dapo, gspo and cispo take ``cliprange_low`` and
+    ``cliprange_high``, each defaulting to it), ``sapo_tau_pos``/``sapo_tau_neg`` (sapo),
+    ``length_normalization`` (how a response's token losses become one number:
+    ``masked_mean``, ``masked_normalize`` by ``normalize_constant``, or ``token_mean``, whose
+    constant :func:`grpo_update` counts over each train batch), which the core's train step
+    calls ``length_norm``, and the KL penalty to a reference (``kl_coef``, ``kl_estimator``)
     (:func:`reasoning_core.grpo_microbatch_train_step`)."""
 
     loss_type: str
     cliprange: float | None = None
     length_normalization: str = "masked_mean"
     normalize_constant: float | None = None
+    cliprange_low: float | None = None
+    cliprange_high: float | None = None
+    sapo_tau_pos: float = 1.0
+    sapo_tau_neg: float = 1.05
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
 
 
 class ScoredRollouts(NamedTuple):
     """A rollout batch ready for :func:`grpo_update`: its ``tokens``, ``raw_rewards`` and
     group-normalized ``advantages`` (rollouts,) float32, ``old_log_probs`` (rollouts, seq)
     of the sampling policy (None when the loss needs none), and ``token_weights`` (rollouts,
-    seq), each response token's weight in the loss (TIS; None: every token weighs 1)."""
+    seq), each response token's weight in the loss (TIS; None: every token weighs 1),
+    ``ref_log_probs`` (rollouts, seq) of the frozen reference policy (the KL penalty; None
+    without one), and ``loss_mask`` (rollouts, seq), the response tokens the loss counts (None:
+    ``tokens.response_mask``; overlong masking leaves truncated responses out)."""
 
     tokens: TokenBatch
     raw_rewards: torch.Tensor
     advantages: torch.Tensor
     old_log_probs: torch.Tensor | None
     token_weights: torch.Tensor | None = None
+    ref_log_probs: torch.Tensor | None = None
+    loss_mask: torch.Tensor | None = None
 
 
 def grpo_update(
@@ -152,8 +170,16 @@ def grpo_update(
     ``clip_fraction`` (token-weighted), ``lr``, and ``micro_batch_size`` after an out-of-memory
     back-off. With ``engine_check`` (the first update of a rollout batch, whose weights sampled
     it), also the ``rollout/`` keys of :class:`MismatchSums` measured on this update's own
-    forward, the loss weighted by TIS from it when ``engine_check.tis_cap`` is set."""
+    forward, the loss weighted by TIS from it when ``engine_check.tis_cap`` is set. With a
+    reference policy (``rollouts.ref_log_probs``), also ``kl``, the mean per-token KL estimate.
+
+    ``token_mean``'s constant is :func:`reasoning_core.token_mean_constant` of the loss mask of
+    all ``rows``, counted here once per optimizer step and passed to every micro batch, so the
+    micro batches' accumulated loss is the batch's token mean whatever their number."""
     rows = torch.as_tensor(rows, dtype=torch.long)
+    if loss.length_normalization == "token_mean":
+        mask = rollouts.tokens.response_mask if rollouts.loss_mask is None else rollouts.loss_mask
+        loss = replace(loss, normalize_constant=float(token_mean_constant(mask[rows])))
     lr = optimizer.param_groups[0]["lr"]
     zero = partial(optimizer.zero_grad, set_to_none=True)
     zero()
@@ -180,6 +206,7 @@ def grpo_update(
         "lr": lr,
         **micro_batch_size.metrics(),
         **(acc.mismatch.metrics() if engine_check is not None else {}),
+        **({"kl": acc.kl_sum / max(1, acc.tokens)} if rollouts.ref_log_probs is not None else {}),
     }
 
 
@@ -191,6 +218,7 @@ class Accumulated(NamedTuple):
     tokens: int  # response tokens
     clipped_sum: float  # clipped response tokens (clip_fraction times tokens, summed)
     mismatch: MismatchSums  # the engine check's sums (empty without an engine check)
+    kl_sum: float = 0.0  # per-token KL estimates to the reference, summed (0 without one)
 
 
 def accumulate_grpo(
@@ -213,19 +241,21 @@ def accumulate_grpo(
     weighted by the rollouts' ``token_weights`` or, with ``engine_check``, by the TIS weights of
     its own log-probs (detached) against the engine's, which ``engine_check`` also adds up."""
     steps = len(rows) // size
-    loss_sum, ent_sum, ent_n, clip_sum = 0.0, 0.0, 0, 0.0
+    loss_sum, ent_sum, ent_n, clip_sum, kl_sum = 0.0, 0.0, 0, 0.0, 0.0
     sums = MismatchSums()
     old, weights = rollouts.old_log_probs, rollouts.token_weights
+    ref, loss_masks = rollouts.ref_log_probs, rollouts.loss_mask
     for mb in micro_batches(rollouts.tokens, rows, size):
         r, width = mb.rows, mb.input_ids.shape[1]
         log_probs, entropy = policy_log_probs(model, mb, device, share_prompts=share_prompts)
         mask = mb.response_mask.to(device)
+        loss_mask = mask if loss_masks is None else loss_masks[r, :width].to(device)
         token_weights = None if weights is None else weights[r, :width].to(device)
         if engine_check is not None:
             token_weights = engine_check.measure(sums, r, log_probs, mask)
         value, meta = grpo_microbatch_train_step(
             policy_log_probs=log_probs,
-            response_mask=mask,
+            response_mask=loss_mask,
             gradient_accumulation_steps=steps,
             loss_type=loss.loss_type,
             raw_rewards=rollouts.raw_rewards[r].unsqueeze(1).to(device),
@@ -235,12 +265,21 @@ def accumulate_grpo(
             length_norm=loss.length_normalization,
             normalize_constant=loss.normalize_constant,
             token_weights=token_weights,
+            cliprange_low=loss.cliprange_low,
+            cliprange_high=loss.cliprange_high,
+            sapo_tau_pos=loss.sapo_tau_pos,
+            sapo_tau_neg=loss.sapo_tau_neg,
+            ref_log_probs=None if ref is None else ref[r, :width].to(device),
+            kl_coef=loss.kl_coef,
+            kl_estimator=loss.kl_estimator,
         )
         loss_sum += float(value)
         s, c = masked_token_mean(entropy, mask)
         ent_sum, ent_n = ent_sum + s, ent_n + c
         clip_sum += float(meta["clip_fraction"]) * c
-    return Accumulated(loss_sum, ent_sum, ent_n, clip_sum, sums)
+        if "kl_mean" in meta:
+            kl_sum += float(meta["kl_mean"]) * int(meta["num_response_tokens"])
+    return Accumulated(loss_sum, ent_sum, ent_n, clip_sum, sums, kl_sum)
 
 
 # ---------------------------------------------------------------------------------------------
