@@ -48,10 +48,20 @@ def _loss_kwargs(b, loss_type):
     kwargs = {"loss_type": loss_type, "advantages": b["adv"]}
     if loss_type == "no_baseline":
         kwargs = {"loss_type": loss_type, "raw_rewards": b["rewards"]}
-    if loss_type in ("grpo_clip", "grpo_no_clip"):
+    # Every loss but the two REINFORCE ones has an importance ratio to the sampling policy.
+    if loss_type not in ("no_baseline", "reinforce_with_baseline"):
         kwargs["old_log_probs"] = b["old"]
-    if loss_type == "grpo_clip":
+    if loss_type in ("grpo_clip", "dapo", "cispo", "gspo", "sapo"):
         kwargs["cliprange"] = 0.2
+    return kwargs
+
+
+def _pg_kwargs(b, loss_type):
+    """``_loss_kwargs`` for a direct ``compute_policy_gradient_loss`` call: GSPO's sequence
+    ratio also needs the response mask (``grpo_loss`` passes its own)."""
+    kwargs = _loss_kwargs(b, loss_type)
+    if loss_type == "gspo":
+        kwargs["response_mask"] = b["mask"]
     return kwargs
 
 
@@ -229,18 +239,16 @@ def test_each_tokens_gradient_is_scaled_by_its_weight(b, cap, loss_type, norm):
 @given(batches(), st.sampled_from(LOSS_TYPES))
 def test_the_per_token_loss_is_weighted_token_by_token(b, loss_type):
     weights, _ = tis_weights(b["old"], b["engine"], b["mask"])
-    token_loss, _ = compute_policy_gradient_loss(b["policy"], **_loss_kwargs(b, loss_type))
+    token_loss, _ = compute_policy_gradient_loss(b["policy"], **_pg_kwargs(b, loss_type))
     weighted = apply_token_weights(token_loss, weights)
     assert torch.equal(weighted, token_loss * weights)
     lp = b["policy"].clone().requires_grad_(True)
     per_token = grad(
         lambda x: apply_token_weights(
-            compute_policy_gradient_loss(x, **_loss_kwargs(b, loss_type))[0], weights
+            compute_policy_gradient_loss(x, **_pg_kwargs(b, loss_type))[0], weights
         ).sum()
     )(lp)
-    plain = grad(lambda x: compute_policy_gradient_loss(x, **_loss_kwargs(b, loss_type))[0].sum())(
-        lp
-    )
+    plain = grad(lambda x: compute_policy_gradient_loss(x, **_pg_kwargs(b, loss_type))[0].sum())(lp)
     torch.testing.assert_close(per_token, weights * plain, rtol=1e-12, atol=1e-15)
 
 

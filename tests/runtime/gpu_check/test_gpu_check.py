@@ -309,9 +309,9 @@ def test_timed_step_is_the_trainers_optimizer_step(monkeypatch, kind):
     name = f"accumulate_{kind}"
     real = getattr(updates, name)
 
-    def counting(size, *args):
+    def counting(size, *args, **kwargs):
         calls.append(size)
-        return real(size, *args)
+        return real(size, *args, **kwargs)
 
     monkeypatch.setattr(updates, name, counting)
     cpu = torch.device("cpu")

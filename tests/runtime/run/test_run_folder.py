@@ -18,8 +18,9 @@ from micro_world import SFT, run_trainer, sets
 from project_root import ROOT
 
 from reasoning_core.runtime import cli
+from reasoning_core.runtime.commands import COMMANDS
 from reasoning_core.runtime.errors import ConfigError, StateError
-from reasoning_core.runtime.run import checkpoint
+from reasoning_core.runtime.run import checkpoint, resume
 from reasoning_core.runtime.run.metrics import MetricsWriter, read_metrics
 from reasoning_core.runtime.run.ownership import (
     MARKER,
@@ -246,15 +247,15 @@ def test_a_failed_state_save_removes_its_temporary_folder_and_keeps_the_last_sta
         Path(path).write_bytes(b"partial")
         raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64")
 
-    monkeypatch.setattr(checkpoint.torch, "save", full_disk)
+    monkeypatch.setattr(resume.torch, "save", full_disk)
     with pytest.raises(StateError) as err:
         save_state(tmp_path / "state", model=model, optimizer=opt, scheduler=None, counters={})
     assert f"saving the training state to {tmp_path / 'state'} failed" in str(err.value)
     assert "Is the disk full?" in str(err.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["state"]  # no state.tmp-* left
-    monkeypatch.setattr(checkpoint.torch, "save", real_save)
+    monkeypatch.setattr(resume.torch, "save", real_save)
     fresh = torch.nn.Linear(2, 2)
-    counters = checkpoint.load_state(
+    counters = resume.load_state(
         tmp_path / "state",
         model=fresh,
         optimizer=torch.optim.SGD(fresh.parameters(), lr=0.1),
@@ -351,7 +352,7 @@ def test_eval_settings_the_data_or_the_model_cannot_give_are_warned(tmp_path):
 def test_rrl_help_aligns_every_command_and_eval_suite_help_names_compare(capsys):
     assert cli.main(["--help"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
-    assert len(rows) == len(cli.SUBCOMMANDS)
+    assert len(rows) == len(COMMANDS)
     starts = {len(line) - len(line[2:].split(maxsplit=1)[1]) for line in rows}
     assert len(starts) == 1, rows  # every help text starts in the same column
     with pytest.raises(SystemExit):
