@@ -264,7 +264,16 @@ WORKFLOW_COLUMNS = {"dpo": {"init"}}
 
 @pytest.mark.parametrize(
     "config",
-    ["config", "smoke", "gpu_math", "gpu_gsm8k", "gpu_countdown", "mismatch", "mismatch_vllm"],
+    [
+        "config",
+        "smoke",
+        "gpu_math",
+        "gpu_gsm8k",
+        "gpu_countdown",
+        "mismatch",
+        "mismatch_vllm",
+        "pg_family",
+    ],
 )
 def test_workflow_settings_name_real_trainer_settings(config):
     """Method files, per-config settings, sweep columns and the leaderboard recipe use only
