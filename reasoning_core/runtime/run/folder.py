@@ -3,7 +3,8 @@
 :class:`RunContext` is what a trainer holds of its ``--out`` folder: it writes the resolved
 settings (``config.yaml``), opens ``metrics.jsonl`` and the trackers, keeps the wall clock,
 saves and restores the resumable state (:mod:`.resume`) and writes the final checkpoint and
-``done.json``. A folder whose ``done.json`` exists holds a finished run (:func:`is_done`).
+``done.json``. A folder whose ``done.json`` exists holds a finished run (:mod:`.ownership` decides
+whether a command may reuse it).
 """
 
 from __future__ import annotations
@@ -31,11 +32,6 @@ from reasoning_core.runtime.run.trackers import open_trackers
 from reasoning_core.runtime.settings.config import save_config
 
 ENV_EXIT_AFTER = "RRL_EXIT_AFTER_STEP"  # test hook: hard-exit right after this optimizer step
-
-
-def is_done(out: str | Path) -> bool:
-    """True when ``out`` holds a finished run (its ``done.json`` is written last)."""
-    return (Path(out) / "done.json").is_file()
 
 
 class RunContext:
