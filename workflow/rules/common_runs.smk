@@ -196,7 +196,8 @@ TRAINING_PANELS = {
 if GPUS:
     TRAINING_PANELS["sft"].append("eval/truncated")
     TRAINING_PANELS["ei"] += ["train/rollout/truncated", "eval/truncated"]
-    TRAINING_PANELS["grpo"] += ["train/rollout/truncated", "eval/truncated"]
+    for family in ("grpo", "grpo_variants", "grpo_mismatch"):
+        TRAINING_PANELS[family] += ["train/rollout/truncated", "eval/truncated"]
     # and how far the rollout engine's log-probs are from the policy's (docs/rollout_mismatch.md)
     TRAINING_PANELS["grpo"].append("train/rollout/logprob_diff_mean")
     TRAINING_PANELS["dpo"] += ["train/rollout/truncated", "eval/truncated"]
