@@ -282,6 +282,7 @@ WORKFLOW_COLUMNS = {"dpo": {"init"}}
         "mismatch",
         "mismatch_vllm",
         "pg_family",
+        "gpu_math_7b",
     ],
 )
 def test_workflow_settings_name_real_trainer_settings(config):

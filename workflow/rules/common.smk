@@ -38,6 +38,7 @@ ROOT = Path(workflow.basedir)
 METHODS_FILE = str(ROOT / config["methods"])
 SWEEPS_DIR = ROOT / config["sweeps"]
 GPUS = config["gpus_per_run"]
+NODES = config["nodes_per_run"]
 SEEDS = config["seeds"]
 THREADS = config["threads_per_job"]  # `threads:` of every training and evaluation rule
 BUILD_BASE = config["model_path"] is None
@@ -53,6 +54,47 @@ shell.prefix(
     "set -euo pipefail; command -v rrl >/dev/null || "
     f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH; "
 )
+
+
+def training_launcher(gpus, nodes):
+    """How a training job starts `rrl`: directly on one device or none; under torchrun with one
+    process per GPU on several (docs/gpu.md, "Several GPUs and nodes"); on several nodes of a
+    SLURM allocation, srun starts one torchrun per node and they meet at the allocation's first
+    node (c10d rendezvous named after the job id)."""
+    if nodes == 1 and gpus <= 1:
+        return "rrl"
+    if nodes == 1:
+        return f"torchrun --standalone --nproc-per-node {gpus} --no-python rrl"
+    first_node = '"$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"'
+    return (
+        f"srun --nodes {nodes} --ntasks-per-node 1 torchrun --nnodes {nodes} "
+        f"--nproc-per-node {gpus} --rdzv-backend c10d --rdzv-endpoint {first_node}:29500 "
+        '--rdzv-id "$SLURM_JOB_ID" --no-python rrl'
+    )
+
+
+def training_resources(gpus, nodes):
+    """Resources of a training job. On several nodes the job starts its own processes with srun,
+    which the SLURM executor plugin allows for jobs that declare `mpi`: one task per node, each
+    node with `gpus` GPUs."""
+    if nodes == 1:
+        return {"gpu": gpus}
+    return {
+        "nodes": nodes,
+        "tasks": nodes,
+        "mpi": "srun",
+        "slurm_extra": f"--gpus-per-node={gpus}",
+    }
+
+
+if NODES > 1 and GPUS < 1:
+    raise ValueError(
+        f"nodes_per_run is {NODES}: a run spread over several nodes needs gpus_per_run >= 1"
+    )
+TRAIN_LAUNCH = training_launcher(GPUS, NODES)
+TRAIN_RESOURCES = training_resources(GPUS, NODES)
+# Evaluation, sampling and the plots run in one process: one GPU where the study has GPUs.
+EVAL_GPUS = min(GPUS, 1)
 
 
 def _method_settings():

@@ -26,7 +26,7 @@ rule dpo_pairs:
         "../envs/rrl.yaml"
     threads: THREADS
     resources:
-        gpu=GPUS,
+        gpu=EVAL_GPUS,
     params:
         methods=METHODS_FILE,
         section=section_digest("dpo"),

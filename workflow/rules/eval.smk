@@ -18,7 +18,7 @@ rule zero_shot:
         "../envs/rrl.yaml"
     threads: THREADS
     resources:
-        gpu=GPUS,
+        gpu=EVAL_GPUS,
     params:
         methods=METHODS_FILE,
         section=section_digest("eval"),

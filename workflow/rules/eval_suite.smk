@@ -45,7 +45,7 @@ rule eval_suite_base:
         "../envs/rrl.yaml"
     threads: THREADS
     resources:
-        gpu=GPUS,
+        gpu=EVAL_GPUS,
     params:
         out=run_dir,
         model=base_model,
@@ -71,7 +71,7 @@ rule eval_suite_run:
         "../envs/rrl.yaml"
     threads: THREADS
     resources:
-        gpu=GPUS,
+        gpu=EVAL_GPUS,
     params:
         out=run_dir,
         model=done_checkpoint,

@@ -42,7 +42,7 @@ rule sft:
         "../envs/rrl.yaml"
     threads: THREADS
     resources:
-        gpu=GPUS,
+        **TRAIN_RESOURCES,
     params:
         methods=METHODS_FILE,
         section=section_digest("sft"),
@@ -52,6 +52,7 @@ rule sft:
         settings=sft_settings(),
         variant=variant_args,
     shell:
-        "rrl {params.command} --config {params.methods} --set model_path={params.model} "
+        f"{TRAIN_LAUNCH} {{params.command}} --config {{params.methods}} "
+        "--set model_path={params.model} "
         "{params.settings} {params.variant} --set seed={wildcards.seed} --out {params.out} "
         "> {log} 2>&1"

@@ -63,7 +63,7 @@ if "supplement" in config:
             ev="mmlu|gsm8k",
         threads: THREADS
         resources:
-            gpu=GPUS,
+            gpu=EVAL_GPUS,
         params:
             model=sup_stage_model,
             task=sup_eval_task,
@@ -85,7 +85,7 @@ if "supplement" in config:
             ev="alpaca_eval|sst",
         threads: THREADS
         resources:
-            gpu=GPUS,
+            gpu=EVAL_GPUS,
         params:
             model=sup_stage_model,
             settings=sup_generate_settings,
@@ -121,7 +121,7 @@ if "supplement" in config:
             f"{S}/logs/train/sft.log",
         threads: THREADS
         resources:
-            gpu=GPUS,
+            **TRAIN_RESOURCES,
         params:
             settings=sup_sets(
                 {"train_data": SUP["sft_train_data"]},
@@ -130,7 +130,8 @@ if "supplement" in config:
             ),
             out=f"{S}/train/sft",
         shell:
-            "rrl instruction-sft --set model_path={SUP[model_path]} {params.settings} "
+            f"{TRAIN_LAUNCH} instruction-sft --set model_path={{SUP[model_path]}} "
+            "{params.settings} "
             "--out {params.out} > {log} 2>&1"
 
     rule supplement_dpo:

@@ -1,0 +1,74 @@
+"""Training jobs over several GPUs and nodes: what the workflow plans (docs/gpu.md, "Several GPUs
+and nodes"). The launches themselves are tested in tests/runtime (torchrun on CPU)."""
+
+from __future__ import annotations
+
+import yaml
+from project_root import ROOT
+from snakemake_runs import planned_jobs, resources, snakemake
+
+CONFIG_7B = str(ROOT / "workflow/config/gpu_math_7b.yaml")
+TRAINING = {"sft", "grpo"}
+ONE_PROCESS = {"zero_shot", "sft_data"}
+
+
+def shell(job: dict[str, str]) -> str:
+    return job["Shell command"]
+
+
+def test_the_7b_study_runs_each_training_job_under_torchrun_on_8_gpus(tmp_path):
+    result = snakemake("-n", "-p", "--configfile", CONFIG_7B, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr + result.stdout
+    jobs = planned_jobs(result.stdout)
+    training = [j for j in jobs if j["rule"] in TRAINING]
+    assert len(training) >= 20
+    for job in training:
+        assert resources(job)["gpu"] == "8", job
+        assert shell(job).startswith("torchrun --standalone --nproc-per-node 8 --no-python rrl ")
+    evaluation = [j for j in jobs if j["rule"] == "zero_shot"]
+    assert evaluation and all(resources(j)["gpu"] == "1" for j in evaluation)
+    assert all(shell(j).startswith("rrl eval ") for j in evaluation)
+
+
+def test_the_7b_methods_split_every_batch_into_micro_batches_of_4_per_gpu():
+    """The batch a step trains on is global: 8 ranks x accumulation steps x a micro batch of 4
+    sequences (the size tools/memory_estimate.py puts at about 48 GiB of an 80 GB card)."""
+    cfg = yaml.safe_load(open(CONFIG_7B))
+    methods = yaml.safe_load((ROOT / cfg["methods"]).read_text())
+    ranks = cfg["gpus_per_run"] * cfg["nodes_per_run"]
+    assert ranks == 8
+    for method, batch in (("sft", "batch_size"), ("grpo", "train_batch_size")):
+        settings = methods[method]
+        assert settings[batch] / (ranks * settings["gradient_accumulation_steps"]) == 4, method
+        assert settings["gradient_checkpointing"] is True, method
+    # groups are never split over ranks: each rank samples whole groups
+    grpo = methods["grpo"]
+    assert (grpo["rollout_batch_size"] // grpo["group_size"]) % ranks == 0
+
+
+def test_several_nodes_start_one_torchrun_per_node_through_srun(tmp_path):
+    result = snakemake(
+        "-n", "-p", "--configfile", CONFIG_7B, "--config", "nodes_per_run=2", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr + result.stdout
+    training = [j for j in planned_jobs(result.stdout) if j["rule"] in TRAINING]
+    assert training
+    for job in training:
+        declared = resources(job)
+        assert declared["nodes"] == "2" and declared["tasks"] == "2", job
+        assert declared["mpi"] == "srun" and declared["slurm_extra"] == "--gpus-per-node=8", job
+        command = shell(job)
+        assert command.startswith(
+            "srun --nodes 2 --ntasks-per-node 1 torchrun --nnodes 2 --nproc-per-node 8 "
+            "--rdzv-backend c10d --rdzv-endpoint "
+        ), command
+        assert '--rdzv-id "$SLURM_JOB_ID" --no-python rrl ' in command
+
+
+def test_several_nodes_without_gpus_are_refused_naming_the_setting(tmp_path):
+    result = snakemake(
+        "-n", "--configfile", CONFIG_7B, "--config", "gpus_per_run=0", "nodes_per_run=2",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "nodes_per_run is 2" in result.stderr + result.stdout
