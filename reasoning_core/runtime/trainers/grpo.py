@@ -69,9 +69,11 @@ from reasoning_core.runtime.training.settings import (
     RolloutConfig,
     check_at_least_one,
     check_divisible,
+    check_group_seeding,
     check_non_negative,
     check_positive,
     check_sampling,
+    check_world_batches,
 )
 from reasoning_core.runtime.training.updates import (
     PolicyGradientLoss,
@@ -258,6 +260,21 @@ class GRPOConfig(RolloutConfig):
                 f"{self.attn_implementation!r}; turn one of them off"
             )
         super().validate()
+
+    def check_world(self, world: int) -> None:
+        """Under ``torchrun`` on ``world`` processes: group seeding, whole groups per rank (the
+        rollout batch's questions a multiple of the world size), and the train batch and its
+        micro batches split evenly (docs/gpu.md, "Several GPUs")."""
+        check_group_seeding(self, world)
+        groups = self.n_prompts_per_rollout_batch
+        if groups % world:
+            raise ConfigError(
+                f"setting 'rollout_batch_size' ({self.rollout_batch_size}) holds {groups} groups "
+                f"of group_size {self.group_size}, which do not split into whole groups over "
+                f"the world size ({world} processes under torchrun): make rollout_batch_size / "
+                f"group_size a multiple of {world}"
+            )
+        check_world_batches(self, world, "train_batch_size", "gradient_accumulation_steps")
 
     def _validate_variants(self) -> None:
         """The policy-gradient variants' settings (docs/algorithms.md); a setting that would
