@@ -1,0 +1,222 @@
+"""Runs under ``torchrun`` on 2 CPU processes (gloo) against the same run in one process.
+
+Each test starts the micro world's trainers through ``tests/helpers/graded_rrl.py`` (``rrl``
+with the stand-in grader ``fake_grade``, so groups have different rewards and every update is
+non-zero), once alone and once under ``torchrun --nproc_per_node 2``, with the same global
+batch, and compares ``metrics.jsonl`` apart from ``time/`` and the final weights.
+
+Tolerance (:data:`RTOL`, :data:`ATOL`). The two runs compute the same sums in another order:
+rank r accumulates its own micro batches and the ranks' gradients are added after, where one
+process adds the micro batches one after another; the old log-probs of a rank's share are
+scored in other micro batches (another padded width). In float32 that moves a gradient by a
+few units in the last place (about 1e-7 relative) and the logged means by as little. Measured
+on this machine over the runs below: the largest relative difference of any logged number was
+below 1e-6 and of any weight below 1e-6 absolute (most are bitwise equal). The tolerances are
+20x to 100x that, far below what a wrong normalizer (a factor of 2 in the loss, TRL #3021) or
+a rank's rollouts counted twice would move (the loss and gradient norm by tens of percent).
+A sampled token could still flip when the weights differ in the last place; with per-group
+seeding a group is sampled in its own engine call on either side, so its draws never depend on
+the split (no padding from other prompts), and the weights agree to 1e-7 after these steps: no
+flip occurred here (the rewards and response lengths, which a flip would change, are equal).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from micro_world import COMMON, GRPO, SFT
+from project_root import ROOT
+from safetensors.torch import load_file
+
+from reasoning_core.runtime.run.metrics import read_metrics, without_time
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = ROOT / "tests" / "helpers" / "graded_rrl.py"
+RTOL = 1e-4
+ATOL = 1e-5
+
+# Quiet runs: evaluation only at the end (rank 0 evaluates alone), two steps.
+GRPO_2 = {
+    **GRPO,
+    "n_grpo_steps": 2,
+    "eval_every": 0,
+    "eval_at_start": False,
+    "eval_examples": 4,
+    "save_every": 0,
+    "rollout_seeding": "group",
+}
+ON_POLICY = {
+    **GRPO_2,
+    "loss_type": "reinforce_with_baseline",
+    "train_batch_size": 16,
+    "gradient_accumulation_steps": 4,
+    "length_normalization": "token_mean",
+}
+# grpo_clip over two train batches per rollout batch: the second step is off-policy.
+OFF_POLICY = {**GRPO_2, "loss_type": "grpo_clip", "advantage_estimator": "batch_std"}
+
+
+def sets(values: dict) -> list[str]:
+    return [a for k, v in values.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+
+
+def launch(command: str, cfg: dict, world: Path, out: Path, *, nproc: int = 1, env=None):
+    """``rrl <command>`` with the stand-in grader, alone (``nproc`` 1) or under torchrun."""
+    argv = [str(SCRIPT), command, *sets({**cfg, "model_path": str(world)}), "--out", str(out)]
+    if nproc > 1:
+        argv = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *argv]
+    environ = {**os.environ, **(env or {})}
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), environ.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, *argv], env=environ, capture_output=True, text=True, timeout=600
+    )
+
+
+def run(command: str, cfg: dict, world: Path, out: Path, *, nproc: int = 1) -> list[dict]:
+    done = launch(command, cfg, world, out, nproc=nproc)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return without_time(read_metrics(out / "metrics.jsonl"))
+
+
+def assert_close_records(a: list[dict], b: list[dict]) -> float:
+    """Same lines, same keys, strings and integers equal, floats within the tolerance; returns
+    the largest relative difference seen among the values of magnitude 1e-3 or more."""
+    assert len(a) == len(b)
+    worst = 0.0
+    for x, y in zip(a, b, strict=True):
+        assert x.keys() == y.keys(), (x["step"], set(x) ^ set(y))
+        for key, u in x.items():
+            v = y[key]
+            if isinstance(u, float) and isinstance(v, float):
+                assert math.isclose(u, v, rel_tol=RTOL, abs_tol=ATOL), (x["step"], key, u, v)
+                if max(abs(u), abs(v)) >= 1e-3:
+                    worst = max(worst, abs(u - v) / max(abs(u), abs(v)))
+            else:
+                assert u == v, (x["step"], key, u, v)
+    return worst
+
+
+def assert_close_weights(a: Path, b: Path) -> float:
+    wa, wb = (
+        load_file(a / "checkpoint" / "model.safetensors"),
+        load_file(b / "checkpoint" / "model.safetensors"),
+    )
+    assert wa.keys() == wb.keys()
+    worst = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
+    assert worst <= ATOL, worst
+    return worst
+
+
+def moved(start: Path, run_dir: Path) -> float:
+    """How far training moved the weights (so an equality is not one of untouched models)."""
+    w0, w1 = (
+        load_file(start / "model.safetensors"),
+        load_file(run_dir / "checkpoint" / "model.safetensors"),
+    )
+    return max(float((w0[k] - w1[k]).abs().max()) for k in w1)
+
+
+@pytest.mark.parametrize("cfg", [ON_POLICY, OFF_POLICY], ids=["on_policy", "grpo_clip"])
+def test_grpo_on_two_ranks_equals_one_process(world, tmp_path, cfg):
+    """k GRPO steps on 2 ranks: the metrics and the final weights of one process."""
+    one = run("grpo", cfg, world, tmp_path / "one")
+    two = run("grpo", cfg, world, tmp_path / "two", nproc=2)
+    worst = assert_close_records(one, two)
+    worst_w = assert_close_weights(tmp_path / "one", tmp_path / "two")
+    print(f"grpo {cfg['loss_type']}: metrics rel diff {worst:.2e}, weights {worst_w:.2e}")
+    train = [r for r in one if r["split"] == "train"]
+    assert any(r["grad_norm"] > 0 for r in train) and moved(world, tmp_path / "one") > 1e-4
+    # Only rank 0 wrote: one line per step, one marker, no file of another rank.
+    assert (tmp_path / "two" / "done.json").is_file()
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(
+        p.name for p in (tmp_path / "one").iterdir()
+    )
+
+
+SFT_3 = {
+    **SFT,
+    "batch_size": 8,
+    "gradient_accumulation_steps": 4,
+    "max_steps": 3,
+    "eval_every": 0,
+    "eval_at_start": False,
+    "eval_examples": 4,
+    "save_every": 0,
+}
+
+
+def test_sft_on_two_ranks_equals_one_process(world, tmp_path):
+    one = run("sft", SFT_3, world, tmp_path / "one")
+    two = run("sft", SFT_3, world, tmp_path / "two", nproc=2)
+    worst = assert_close_records(one, two)
+    worst_w = assert_close_weights(tmp_path / "one", tmp_path / "two")
+    print(f"sft: metrics rel diff {worst:.2e}, weights {worst_w:.2e}")
+    assert moved(world, tmp_path / "one") > 1e-4
+
+
+def test_dpo_on_two_ranks_equals_one_process(world, tmp_path):
+    pairs = tmp_path / "pairs.jsonl"
+    rows = [
+        {"prompt": f"What is {i} + {i}?", "chosen": f" {2 * i}", "rejected": f" {2 * i + 1}"}
+        for i in range(12)
+    ]
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = {
+        **COMMON,
+        "pairs": "jsonl",
+        "train_pairs": str(pairs),
+        "n_dpo_rounds": 1,
+        "val_pairs": 4,
+        "val_every": 1,
+        "batch_size": 4,
+        "gradient_accumulation_steps": 2,
+        "lr": 1e-3,
+        "beta": 0.5,
+        "eval_at_start": False,
+        "eval_examples": 4,
+        "eval_max_tokens": 16,
+        "save_every": 0,
+    }
+    one = run("dpo", cfg, world, tmp_path / "one")
+    two = run("dpo", cfg, world, tmp_path / "two", nproc=2)
+    worst = assert_close_records(one, two)
+    worst_w = assert_close_weights(tmp_path / "one", tmp_path / "two")
+    print(f"dpo: metrics rel diff {worst:.2e}, weights {worst_w:.2e}")
+    assert moved(world, tmp_path / "one") > 1e-4
+
+
+def test_a_killed_two_rank_run_resumes_to_the_same_result(world, tmp_path):
+    """2 ranks killed right after optimizer step 3 (its state saved after step 2) and started
+    again: the metrics and weights of the uninterrupted 2-rank run, exactly (the same world
+    size, the same sums in the same order), and each rank's RNG state saved."""
+    cfg = {**ON_POLICY, "n_grpo_steps": 4, "save_every": 1}
+    whole = run("grpo", cfg, world, tmp_path / "whole", nproc=2)
+    out = tmp_path / "killed"
+    killed = launch("grpo", cfg, world, out, nproc=2, env={"RRL_EXIT_AFTER_STEP": "3"})
+    assert killed.returncode != 0 and not (out / "done.json").exists()
+    state = torch.load(out / "state" / "trainer_state.pt", weights_only=False)
+    assert state["counters"]["grpo_step"] == 2 and len(state["rng_ranks"]) == 2
+    resumed = run("grpo", cfg, world, out, nproc=2)
+    assert resumed == whole
+    assert_close_weights(tmp_path / "whole", out)
+    wa = load_file(tmp_path / "whole" / "checkpoint" / "model.safetensors")
+    wb = load_file(out / "checkpoint" / "model.safetensors")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_a_world_size_that_does_not_divide_is_refused_before_any_work(world, tmp_path):
+    """3 groups over 2 ranks: refused by every rank at once, naming the setting, with nothing
+    written (the folder is not even created)."""
+    cfg = {**GRPO_2, "rollout_batch_size": 12, "train_batch_size": 12}
+    done = launch("grpo", cfg, world, tmp_path / "bad", nproc=2)
+    assert done.returncode != 0
+    assert "setting 'rollout_batch_size' (12) holds 3 groups" in done.stderr
+    assert not (tmp_path / "bad").exists()
