@@ -3,19 +3,16 @@ distributed tests start under ``torchrun`` (and alone, for the one-process refer
 runs from the barely trained micro world have groups with different rewards (the real grader
 scores its outputs 0, and every update would be zero).
 
-    python tests/helpers/graded_rrl.py grpo --set ... --out DIR
+    PYTHONPATH=$PWD:$PWD/tests/helpers python tests/helpers/graded_rrl.py grpo --set ... --out DIR
     torchrun --standalone --nproc_per_node 2 tests/helpers/graded_rrl.py grpo --set ... --out DIR
 """
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from micro_world import fake_grade  # tests/helpers on PYTHONPATH, as the launching test sets
 
-from micro_world import fake_grade  # noqa: E402
-
-from reasoning_core.runtime.cli import main  # noqa: E402
-from reasoning_core.runtime.training import rollouts  # noqa: E402
+from reasoning_core.runtime.cli import main
+from reasoning_core.runtime.training import rollouts
 
 if __name__ == "__main__":
     rollouts.grade = fake_grade

@@ -74,7 +74,8 @@ def launch(command: str, cfg: dict, world: Path, out: Path, *, nproc: int = 1, e
     if nproc > 1:
         argv = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *argv]
     environ = {**os.environ, **(env or {})}
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), environ.get("PYTHONPATH")]))
+    paths = [str(ROOT), str(ROOT / "tests" / "helpers"), environ.get("PYTHONPATH")]
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
     return subprocess.run(
         [sys.executable, *argv], env=environ, capture_output=True, text=True, timeout=600
     )
