@@ -6,6 +6,9 @@
 - :mod:`.collectives`: sums and gathers of metrics, scalars and gradients over the ranks, how
   a batch is split over them, and the check that refuses a world size that does not divide a
   setting, before any work.
+- :mod:`.sharding`: FSDP2 (``sharding: fsdp``): the policy sharded per decoder layer, the
+  gradients summed by the reduce-scatter, a full copy of the weights for the rollout engine,
+  the gathered state to save and load.
 
 Without ``torchrun`` (no ``WORLD_SIZE`` above 1) every helper is the identity and nothing is
 initialized, so a plain ``rrl`` run computes what it always did. docs/gpu.md, "Several GPUs",

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule
 
 from reasoning_core.runtime.distributed.world import active, rank, world_size
 from reasoning_core.runtime.errors import ConfigError
@@ -77,13 +78,14 @@ def broadcast_object(obj: T) -> T:
 @torch.no_grad()
 def sum_gradients(model: torch.nn.Module) -> None:
     """Sum every parameter's gradient over the ranks, in place (what DDP's all-reduce does, once
-    per optimizer step, after the accumulation).
+    per optimizer step, after the accumulation); a no-op for an FSDP2 module, whose backward
+    already summed them into its shards.
 
     Each rank's loss is already its share of the global batch mean (the normalizer is the
     global one), so the sum is the gradient of the batch mean. A parameter that got a gradient
     on some rank and none on another counts zeros there; one with a gradient on no rank keeps
     none, as in one process. One flat buffer per dtype: one collective each."""
-    if not active():
+    if not active() or isinstance(model, FSDPModule):  # FSDP2 has reduce-scattered them
         return
     params = [p for p in model.parameters() if p.requires_grad]
     present = torch.tensor([p.grad is not None for p in params], dtype=torch.float64)

@@ -131,7 +131,8 @@ class RunContext:
             ) from None
         self.prior_elapsed = float(counters.get("elapsed", 0.0))
         self.last_eval = counters.get("last_eval")
-        print(f"[{self.method}] resumed from {self.state_dir} at {counters}", file=sys.stderr)
+        if self.main:
+            print(f"[{self.method}] resumed from {self.state_dir} at {counters}", file=sys.stderr)
         return counters
 
     def save_state(self, model, optimizer, scheduler, **counters: Any) -> None:

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from reasoning_core.runtime.distributed.collectives import gather_objects
+from reasoning_core.runtime.distributed.sharding import full_state, is_sharded, load_full_state
 from reasoning_core.runtime.distributed.world import is_main, rank, world_size
 from reasoning_core.runtime.errors import ConfigError, StateError
 from reasoning_core.runtime.run.checkpoint import replace_atomically, temporary_folder
@@ -94,13 +95,17 @@ def save_state(
     every rank hands over its RNG states, rank 0 writes)."""
     final = Path(path)
     rngs = gather_objects(rng_state())  # [this process's] in one process
+    if is_sharded(model):  # FSDP2: the shards gathered whole onto rank 0 (every rank calls)
+        model_state, optim_state = full_state(model, optimizer)
+    else:
+        model_state, optim_state = model.state_dict(), optimizer.state_dict()
     if not is_main():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_folder(final)
     state = {
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
+        "model": model_state,
+        "optimizer": optim_state,
         "scheduler": scheduler.state_dict() if scheduler is not None else None,
         "rng": rngs[0],
         "counters": counters,
@@ -167,8 +172,11 @@ def load_state(
             "; ".join(errors) + ". Saves are atomic, so a killed run does not leave this (look "
             f"for a full disk or a copy cut short); delete {final} to start this run over"
         )
-    model.load_state_dict(data["model"])
-    optimizer.load_state_dict(data["optimizer"])
+    if is_sharded(model):
+        load_full_state(model, optimizer, data["model"], data["optimizer"])
+    else:
+        model.load_state_dict(data["model"])
+        optimizer.load_state_dict(data["optimizer"])
     if scheduler is not None and data["scheduler"] is not None:
         scheduler.load_state_dict(data["scheduler"])
     if restore_rng:

@@ -34,6 +34,12 @@ import envs
 from reasoning_core.runtime import engines
 from reasoning_core.runtime.distributed import world as dist_world
 from reasoning_core.runtime.distributed.collectives import broadcast_object
+from reasoning_core.runtime.distributed.sharding import (
+    FullWeightsEngine,
+    is_sharded,
+    shard_policy,
+    unsharded_copy,
+)
 from reasoning_core.runtime.distributed.world import is_main, launched_rank, launched_world_size
 from reasoning_core.runtime.engines import make_engine, resolve_engine
 from reasoning_core.runtime.engines.rollout import RolloutEngine
@@ -112,9 +118,12 @@ class Evaluator:
             engine.sync_weights(model)
             return None
         t0 = time.perf_counter()
+        engine.sync_weights(model)
+        # A sharded policy (FSDP2) cannot run forwards on rank 0 alone: the entropy pass runs
+        # on the engine's full copy, just synced.
+        model = getattr(engine, "full_model", model)
         was_training = model.training
         model.eval()
-        engine.sync_weights(model)
         t1 = time.perf_counter()
         result = evaluate_policy(
             engine,
@@ -215,13 +224,20 @@ def setup_training(
     step 0 on a fresh start (``eval_at_start``)."""
     run = RunContext(cfg, out, method)
     model, tokenizer = load_policy(cfg)
+    full_model = None
+    if getattr(cfg, "sharding", "none") == "fsdp":  # torchrun only (check_world)
+        full_model = unsharded_copy(model)  # the rollout engine's weights
+        shard_policy(model)
     optimizer = optimizer_fn(model, cfg)
     scheduler = make_scheduler(optimizer, cfg, total_steps)
     counters = run.resume(model, optimizer, scheduler)
     run.engine = rollout_engine_kind(cfg, model)
     why = "" if cfg.engine == run.engine else f" (engine: {cfg.engine}; {auto_reason(model)})"
     print(f"[{method}] rollout engine: {run.engine}{why}", file=sys.stderr)
-    engine = make_rollout_engine(cfg, model, tokenizer)
+    if full_model is None:
+        engine = make_rollout_engine(cfg, model, tokenizer)
+    else:
+        engine = FullWeightsEngine(make_rollout_engine(cfg, full_model, tokenizer), full_model)
     evaluator = Evaluator(cfg, task, tokenizer)
     if counters is None and cfg.eval_at_start:
         evaluator(engine, model, 0, run)
@@ -267,9 +283,13 @@ def after_iteration(t: Training, total: int, **counters: int) -> bool:
 
 def finish_training(t: Training, *, step: int, extra: dict[str, Any] | None = None) -> dict:
     """Evaluate at ``step`` unless that was just done, then finish the run folder."""
-    if t.run.last_eval is None or t.run.last_eval["step"] != step:
+    if broadcast_object(t.run.last_eval is None or t.run.last_eval["step"] != step):
         t.evaluator(t.engine, t.model, step, t.run)
-    return t.run.finish(t.model, t.tokenizer, step=step, extra=extra)
+    model = t.model
+    if is_sharded(model):  # the checkpoint is the full weights, gathered on every rank
+        t.engine.sync_weights(model)
+        model = t.engine.full_model
+    return t.run.finish(model, t.tokenizer, step=step, extra=extra)
 
 
 def progress(*, total: int, desc: str, initial: int = 0, enabled: bool = True) -> tqdm:

@@ -95,12 +95,18 @@ def sft_update(
     zero()  # the gradients hold no memory while the engine samples
     return {
         "loss": loss,
-        "grad_norm": float(grad_norm),
+        "grad_norm": norm_value(grad_norm),
         "entropy": ent_sum / max(1, ent_n),
         "response_length": float(batch.response_mask[rows].sum(dim=1).float().mean()),
         "lr": lr,
         **micro_batch_size.metrics(),
     }
+
+
+def norm_value(norm: torch.Tensor) -> float:
+    """``clip_grad_norm_``'s total norm as a float (under FSDP2 a DTensor: its full value)."""
+    full = getattr(norm, "full_tensor", None)
+    return float(full() if full is not None else norm)
 
 
 def accumulate_sft(
@@ -231,7 +237,7 @@ def grpo_update(
     zero()  # the gradients hold no memory while the engine samples
     return {
         "loss": acc.loss,
-        "grad_norm": float(grad_norm),
+        "grad_norm": norm_value(grad_norm),
         "entropy": acc.entropy_sum / max(1, acc.tokens),
         "clip_fraction": acc.clipped_sum / max(1, acc.tokens),
         "lr": lr,

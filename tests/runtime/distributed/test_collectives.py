@@ -82,3 +82,11 @@ def test_sft_and_dpo_refuse_batches_that_do_not_split():
 def test_a_command_that_cannot_split_refuses_any_launch_of_several():
     with pytest.raises(ConfigError, match="runs in one process only"):
         EIConfig().check_world(2)
+
+
+def test_fsdp_needs_torchrun_and_no_out_of_memory_back_off():
+    with pytest.raises(ConfigError, match="setting 'sharding' is fsdp"):
+        GRPOConfig(sharding="fsdp").validate()  # a plain run: nothing to shard over
+    with pytest.raises(ConfigError, match="setting 'oom_backoff' must be false"):
+        GRPOConfig(**GRPO_OK, sharding="fsdp").check_world(2)
+    GRPOConfig(**GRPO_OK, sharding="fsdp", oom_backoff=False).check_world(2)
