@@ -31,7 +31,7 @@ from pathlib import Path
 
 SETTINGS = {
     "task": "arithmetic",
-    "n_grpo_steps": 3,
+    "n_grpo_steps": 5,
     "rollout_batch_size": 32,
     "group_size": 8,
     "train_batch_size": 32,

@@ -90,3 +90,12 @@ def test_fsdp_needs_torchrun_and_no_out_of_memory_back_off():
     with pytest.raises(ConfigError, match="setting 'oom_backoff' must be false"):
         GRPOConfig(**GRPO_OK, sharding="fsdp").check_world(2)
     GRPOConfig(**GRPO_OK, sharding="fsdp", oom_backoff=False).check_world(2)
+
+
+def test_a_command_that_is_no_trainer_refuses_under_torchrun(monkeypatch, capsys):
+    from reasoning_core.runtime import cli
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    assert cli.main(["summary", "--help"]) == 2
+    assert "runs in one process only" in capsys.readouterr().err
