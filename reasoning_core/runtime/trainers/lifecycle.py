@@ -293,12 +293,13 @@ def finish_training(t: Training, *, step: int, extra: dict[str, Any] | None = No
 
 
 def progress(*, total: int, desc: str, initial: int = 0, enabled: bool = True) -> tqdm:
-    """A tqdm progress bar on stderr (updated at most every 2 s)."""
+    """A tqdm progress bar on stderr (updated at most every 2 s); under ``torchrun``, rank 0's
+    only."""
     return tqdm(
         total=total,
         desc=desc,
         initial=initial,
-        disable=not enabled,
+        disable=not (enabled and is_main()),
         mininterval=2.0,
         file=sys.stderr,
         dynamic_ncols=True,
