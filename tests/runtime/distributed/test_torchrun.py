@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -132,13 +133,17 @@ def only_rank_0_wrote(one: Path, two: Path) -> None:
     assert sorted(p.name for p in two.iterdir()) == sorted(p.name for p in one.iterdir())
 
 
-def resume_after_kill(cfg: dict, world: Path, out: Path) -> list[dict]:
+def resume_after_kill(cfg: dict, world: Path, out: Path, *, also_in_one: Path | None = None):
     """A 2-rank run killed right after optimizer step 3 (state saved after an earlier step),
-    then the same command again: the resumed run's metrics."""
+    then the same command again: the resumed run's metrics. ``also_in_one``: a copy of the
+    killed folder resumed there by one process first (another world size)."""
     killed = launch("grpo", cfg, world, out, nproc=2, env={"RRL_EXIT_AFTER_STEP": "3"})
     assert killed.returncode != 0 and not (out / "done.json").exists()
     state = torch.load(out / "state" / "trainer_state.pt", weights_only=False)
     assert state["counters"]["opt_step"] < 3 and len(state["rng_ranks"]) == 2
+    if also_in_one is not None:
+        shutil.copytree(out, also_in_one)
+        run("grpo", cfg, world, also_in_one)
     return run("grpo", cfg, world, out, nproc=2)
 
 
@@ -153,7 +158,8 @@ def test_on_policy_grpo_on_two_ranks_equals_one_process_and_resumes_exactly(worl
     the ranks' sum): one process's metrics and weights within the tolerance. Then the 2-rank
     run killed after step 3 and resumed from the state saved after step 2: the uninterrupted
     2-rank run exactly (the same world size, the same sums in the same order), each rank's RNG
-    state saved."""
+    state saved; the same state resumed by one process: the one-process run within the
+    tolerance (a state loads at another world size)."""
     cfg = {**ON_POLICY, "n_grpo_steps": 3, "save_every": 1}
     one = run("grpo", cfg, world, tmp_path / "one")
     two = run("grpo", cfg, world, tmp_path / "two", nproc=2)
@@ -163,8 +169,12 @@ def test_on_policy_grpo_on_two_ranks_equals_one_process_and_resumes_exactly(worl
     assert any(r["grad_norm"] > 0 for r in one if r["split"] == "train")
     assert moved(world, tmp_path / "one") > 1e-4
     only_rank_0_wrote(tmp_path / "one", tmp_path / "two")
-    assert resume_after_kill(cfg, world, tmp_path / "killed") == two
+    one_more = tmp_path / "resumed_in_one"
+    assert resume_after_kill(cfg, world, tmp_path / "killed", also_in_one=one_more) == two
     assert_same_weights(tmp_path / "two", tmp_path / "killed")
+    # The 2-rank state resumed by one process: the one-process run, up to the same rounding.
+    assert_close_records(one, without_time(read_metrics(one_more / "metrics.jsonl")))
+    assert_close_weights(tmp_path / "one", one_more)
 
 
 def test_grpo_clip_on_two_ranks_equals_one_process_with_and_without_fsdp(world, tmp_path):
