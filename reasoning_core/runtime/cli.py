@@ -8,15 +8,23 @@ Errors in what the user gave (a setting, a data file, a damaged saved state) tha
 level are printed as ``rrl <command>: <message>`` (the message names the file, line or
 setting) with exit status 2, not as a traceback; anything else is a bug and keeps its
 traceback.
+
+Under ``torchrun`` (``WORLD_SIZE`` above 1) only the trainers run; each checks that its
+settings split over the processes (docs/gpu.md, "Several GPUs"). Any other command refuses,
+rather than run as many copies of itself into one folder.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from reasoning_core.runtime.commands import COMMANDS
 from reasoning_core.runtime.errors import ConfigError, StateError
+
+# The commands that run as one run over several processes (or refuse in their own words).
+TORCHRUN_COMMANDS = {"sft", "instruction-sft", "ei", "grpo", "dpo"}
 
 
 def _usage() -> str:
@@ -34,6 +42,16 @@ def main(argv: list[str] | None = None) -> int:
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"rrl: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    world = os.environ.get("WORLD_SIZE", "1")
+    if name not in TORCHRUN_COMMANDS and world not in ("", "0", "1"):
+        if os.environ.get("RANK", "0") == "0":
+            print(
+                f"rrl {name}: runs in one process only, but torchrun started {world} "
+                f"(WORLD_SIZE={world}); launch it without torchrun (under torchrun: "
+                f"{', '.join(sorted(TORCHRUN_COMMANDS))})",
+                file=sys.stderr,
+            )
         return 2
     module = importlib.import_module(COMMANDS[name].module)
     entry = getattr(module, "main_" + name.replace("-", "_"), None) or module.main

@@ -39,7 +39,7 @@ RUNTIME = "reasoning_core.runtime"
 # parts on a lower layer; parts on one layer do not import each other.
 LAYERS: list[set[str]] = [
     {"errors", "commands"},
-    {"settings"},
+    {"settings", "distributed"},
     {"engines"},
     {"run"},
     {"training", "tinyworld", "models"},

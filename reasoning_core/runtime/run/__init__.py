@@ -9,5 +9,6 @@
 - :mod:`.metrics` (metrics.jsonl, generations) and :mod:`.trackers` (TensorBoard, W&B).
 - :mod:`.rng`: the named random streams of a run.
 
-May import: :mod:`..errors`, :mod:`..settings`. Not engines, training, evaluation or trainers.
+May import: :mod:`..errors`, :mod:`..settings`, :mod:`..distributed`. Not engines, training,
+evaluation or trainers.
 """

@@ -5,6 +5,11 @@ settings (``config.yaml``), opens ``metrics.jsonl`` and the trackers, keeps the 
 saves and restores the resumable state (:mod:`.resume`) and writes the final checkpoint and
 ``done.json``. A folder whose ``done.json`` exists holds a finished run (:mod:`.ownership` decides
 whether a command may reuse it).
+
+Under ``torchrun`` only rank 0 owns the folder: it alone locks it, writes ``config.yaml``,
+``metrics.jsonl``, the state, the checkpoint and ``done.json``; the other ranks log into
+:class:`SilentMetrics` (the same records, never written), read a saved state to resume, and
+hand their random-number states to rank 0 when it saves.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from reasoning_core.runtime.distributed.collectives import broadcast_object
+from reasoning_core.runtime.distributed.world import barrier, is_main
 from reasoning_core.runtime.errors import StateError
 from reasoning_core.runtime.run.checkpoint import save_checkpoint
 from reasoning_core.runtime.run.metrics import MetricsWriter, write_json_atomic
@@ -34,6 +41,24 @@ from reasoning_core.runtime.settings.config import save_config
 ENV_EXIT_AFTER = "RRL_EXIT_AFTER_STEP"  # test hook: hard-exit right after this optimizer step
 
 
+class SilentMetrics:
+    """What a rank other than 0 logs into: the records rank 0 writes, kept nowhere."""
+
+    records = 0
+
+    def log(self, values: dict[str, Any], *, step: int, split: str) -> dict[str, Any]:
+        return {"step": step, "split": split, **values}
+
+    def restore(self, records: int) -> None:
+        pass
+
+    def truncate(self, offset: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class RunContext:
     """A run's output folder, metrics and wall clock; resume bookkeeping.
 
@@ -47,8 +72,9 @@ class RunContext:
         self.cfg = cfg
         self.method = method
         self.out = Path(out)
+        self.main = is_main()
         self.done = (self.out / "done.json").is_file()
-        if not self.done:  # one writer: held until the process ends or the run finishes
+        if not self.done and self.main:  # one writer: held until it ends or the run finishes
             lock_run_folder(self.out, method)
         self.state_dir = self.out / "state"
         self.start = time.perf_counter()
@@ -57,8 +83,14 @@ class RunContext:
         self.iterations: dict[str, int] | None = None  # {"iterations_done", "iterations_planned"}
         self.budget_stop: dict[str, int] | None = None  # the same, where max_wall_seconds stopped
         self.engine: str | None = None  # the rollout engine that ran (`auto` resolved)
-        self.metrics: MetricsWriter | None = None
+        self.metrics: MetricsWriter | SilentMetrics | None = None
+        exit_after = os.environ.get(ENV_EXIT_AFTER)
+        self.exit_after = int(exit_after) if exit_after else None
         if self.done:
+            return
+        if not self.main:
+            self.metrics = SilentMetrics()
+            barrier()  # rank 0 has checked the settings and written config.yaml
             return
         if find_state(self.state_dir) is not None:  # about to resume: same experiment only
             check_same_settings(
@@ -70,8 +102,7 @@ class RunContext:
         save_config(cfg, self.out)
         trackers = open_trackers(cfg.trackers, self.out, dataclasses.asdict(cfg), method)
         self.metrics = MetricsWriter(self.out, trackers=trackers)
-        exit_after = os.environ.get(ENV_EXIT_AFTER)
-        self.exit_after = int(exit_after) if exit_after else None
+        barrier()  # a no-op in one process
 
     def elapsed(self) -> float:
         return self.prior_elapsed + time.perf_counter() - self.start
@@ -100,13 +131,16 @@ class RunContext:
             ) from None
         self.prior_elapsed = float(counters.get("elapsed", 0.0))
         self.last_eval = counters.get("last_eval")
-        print(f"[{self.method}] resumed from {self.state_dir} at {counters}", file=sys.stderr)
+        if self.main:
+            print(f"[{self.method}] resumed from {self.state_dir} at {counters}", file=sys.stderr)
         return counters
 
     def save_state(self, model, optimizer, scheduler, **counters: Any) -> None:
+        """Save the resumable state (rank 0 writes it, with every rank's RNG states; each rank
+        takes part in the gather, so every rank calls this)."""
         counters = dict(counters)
         counters["metrics_records"] = self.metrics.records
-        counters["elapsed"] = self.elapsed()
+        counters["elapsed"] = broadcast_object(self.elapsed())
         counters["last_eval"] = self.last_eval
         save_state(
             self.state_dir, model=model, optimizer=optimizer, scheduler=scheduler, counters=counters
@@ -120,7 +154,8 @@ class RunContext:
     def over_budget(self) -> bool:
         """True when ``max_wall_seconds`` is set and the run's elapsed time has passed it."""
         budget = self.cfg.max_wall_seconds
-        return budget is not None and self.elapsed() >= budget
+        # Under torchrun every rank stops where rank 0's clock says (identity in one process).
+        return broadcast_object(budget is not None and self.elapsed() >= budget)
 
     def finish(self, model, tokenizer, *, step: int, extra: dict[str, Any] | None = None) -> dict:
         """Final checkpoint, ``done.json``; drop the resume state.
@@ -133,9 +168,9 @@ class RunContext:
         same facts but ``method``, ``optimizer_steps`` and (unless the budget stopped it) the
         iterations go first into the last ``metrics.jsonl`` line (split ``done``; wall seconds as
         its ``time/elapsed``), which ``rrl summary`` reads alone: ``done.json`` is not committed."""
-        if self.cfg.save_checkpoint:
+        if self.main and self.cfg.save_checkpoint:
             save_checkpoint(model, tokenizer, self.out / "checkpoint")
-        last = self.last_eval or {}
+        last = broadcast_object(self.last_eval) or {}
         facts = {
             "eval_accuracy": last.get("accuracy"),
             "eval_format_reward": last.get("format_reward"),
@@ -149,9 +184,13 @@ class RunContext:
         done = {"method": self.method, "step": step, "optimizer_steps": step, **facts}
         done.update(self.iterations if self.budget_stop is None and self.iterations else {})
         done["wall_seconds"] = record["time/elapsed"]
+        if not self.main:
+            barrier()  # rank 0 writes done.json and drops the state
+            return done
         write_json_atomic(self.out / "done.json", done)
         self.metrics.close()
         if self.state_dir.exists():
             shutil.rmtree(self.state_dir)
         release_run_folder(self.out)
+        barrier()
         return done

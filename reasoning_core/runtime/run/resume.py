@@ -9,6 +9,10 @@ it (:func:`load_state`) and cuts ``metrics.jsonl`` back to the saved position
 (:meth:`reasoning_core.runtime.run.metrics.MetricsWriter.truncate`); the run folder
 (:class:`reasoning_core.runtime.run.folder.RunContext`) drives these steps.
 
+Under ``torchrun`` rank 0 writes the state (the policy and optimizer, the same on every rank)
+with the RNG states of every rank (``rng_ranks``); every rank loads it, each taking its own RNG
+state back at the same world size, and rank 0's at another.
+
 Writes are atomic (a temporary folder swapped in with renames, :mod:`.checkpoint`), so a
 process killed at any moment leaves either the old or the new state, never a torn one.
 """
@@ -25,6 +29,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from reasoning_core.runtime.distributed.collectives import gather_objects
+from reasoning_core.runtime.distributed.sharding import full_state, is_sharded, load_full_state
+from reasoning_core.runtime.distributed.world import is_main, rank, world_size
 from reasoning_core.runtime.errors import ConfigError, StateError
 from reasoning_core.runtime.run.checkpoint import replace_atomically, temporary_folder
 from reasoning_core.runtime.settings.config import settings_changes
@@ -84,21 +91,29 @@ def save_state(
     scheduler: Any,
     counters: dict[str, Any],
 ) -> Path:
-    """Write the resumable training state to folder ``path`` atomically."""
+    """Write the resumable training state to folder ``path`` atomically (under ``torchrun``:
+    every rank hands over its RNG states, rank 0 writes)."""
     final = Path(path)
+    rngs = gather_objects(rng_state())  # [this process's] in one process
+    if is_sharded(model):  # FSDP2: the shards gathered whole onto rank 0 (every rank calls)
+        model_state, optim_state = full_state(model, optimizer)
+    else:
+        model_state, optim_state = model.state_dict(), optimizer.state_dict()
+    if not is_main():
+        return final
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_folder(final)
+    state = {
+        "model": model_state,
+        "optimizer": optim_state,
+        "scheduler": scheduler.state_dict() if scheduler is not None else None,
+        "rng": rngs[0],
+        "counters": counters,
+    }
+    if len(rngs) > 1:
+        state["rng_ranks"] = rngs
     try:
-        torch.save(
-            {
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict() if scheduler is not None else None,
-                "rng": rng_state(),
-                "counters": counters,
-            },
-            tmp / STATE_FILE,
-        )
+        torch.save(state, tmp / STATE_FILE)
         # A human-readable copy of the counters (the .pt file is authoritative).
         (tmp / COUNTERS_FILE).write_text(json.dumps(counters, indent=2, default=str) + "\n")
     except (OSError, RuntimeError) as exc:
@@ -157,10 +172,15 @@ def load_state(
             "; ".join(errors) + ". Saves are atomic, so a killed run does not leave this (look "
             f"for a full disk or a copy cut short); delete {final} to start this run over"
         )
-    model.load_state_dict(data["model"])
-    optimizer.load_state_dict(data["optimizer"])
+    if is_sharded(model):
+        load_full_state(model, optimizer, data["model"], data["optimizer"])
+    else:
+        model.load_state_dict(data["model"])
+        optimizer.load_state_dict(data["optimizer"])
     if scheduler is not None and data["scheduler"] is not None:
         scheduler.load_state_dict(data["scheduler"])
     if restore_rng:
-        set_rng_state(data["rng"])
+        ranks = data.get("rng_ranks")
+        same_world = ranks is not None and len(ranks) == world_size()
+        set_rng_state(ranks[rank()] if same_world else data["rng"])
     return dict(data["counters"])

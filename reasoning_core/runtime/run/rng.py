@@ -29,6 +29,7 @@ class Stream(IntEnum):
     DPO_ORDER = 5  # DPO: a round's pairs into batches, keyed by (round, epoch)
     DPO_VAL = 6  # DPO: the pairs held out for validation
     REWARD_CONTROL = 7  # GRPO: the random control reward's shuffle, keyed by (step, round)
+    ROLLOUT_GROUP = 8  # rollout_seeding group: one group's engine seed, (step, round, group)
     SFT_SUBSET = 10  # SFT: the examples that `max_examples` keeps
     SFT_ORDER = 11  # SFT: the example order of one epoch, keyed by the epoch
     PACKED_ORDER = 12  # instruction SFT: the order of the packed chunks, keyed by the epoch

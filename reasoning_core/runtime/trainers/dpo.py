@@ -38,6 +38,13 @@ from typing import Any, Literal
 import torch
 
 from reasoning_core import dpo_loss
+from reasoning_core.runtime.distributed.collectives import (
+    broadcast_object,
+    share,
+    sum_gradients,
+    sum_values,
+)
+from reasoning_core.runtime.distributed.world import barrier, is_main
 from reasoning_core.runtime.errors import ConfigError
 from reasoning_core.runtime.run.checkpoint import save_checkpoint
 from reasoning_core.runtime.run.rng import Stream, step_rng
@@ -65,8 +72,10 @@ from reasoning_core.runtime.training.settings import (
     CommonConfig,
     check_at_least_one,
     check_divisible,
+    check_group_seeding,
     check_non_negative,
     check_sampling,
+    check_world_batches,
 )
 
 
@@ -138,6 +147,25 @@ class DPOConfig(CommonConfig):
     """Evaluate on the task every N rounds; 0: only at the start and the end."""
     save_every: int = 20
     """Save the resumable state every N optimizer steps; 0: never."""
+
+    rollout_seeding: Literal["batch", "group"] = "batch"
+    """pairs: verified: how the responses are seeded: batch (one engine call per round) or
+    group (each question's responses in their own call, seeded by the seed, the round and the
+    question's index; needed under torchrun, the same pairs on any number of processes)."""
+
+    def check_world(self, world: int) -> None:
+        """Under ``torchrun``: each rank trains on an equal share of every batch in an equal
+        share of its micro batches; verified pairs need group seeding (each rank samples its
+        share of the questions); sample_only (a sampling run, no training) runs in one
+        process."""
+        if self.sample_only:
+            raise ConfigError(
+                "setting 'sample_only' samples pairs without training: run it in one process, "
+                "without torchrun"
+            )
+        if self.pairs == "verified" and (not self.first_round_pairs or self.n_dpo_rounds > 1):
+            check_group_seeding(self, world)
+        check_world_batches(self, world, "batch_size", "gradient_accumulation_steps")
 
     def validate(self) -> None:
         check_at_least_one(
@@ -234,7 +262,11 @@ def dpo_update(
     lr = t.optimizer.param_groups[0]["lr"]
     zero = partial(t.optimizer.zero_grad, set_to_none=True)
     zero()
-    sums = micro.call(accumulate_dpo, t.model, pairs, rows, cfg, reset=zero)
+    # Under torchrun: this rank's share of the pairs, the batch mean's divisor the whole
+    # batch's, the gradients and sums over the ranks (each the identity in one process).
+    sums = micro.call(accumulate_dpo, t.model, pairs, share(rows), cfg, len(rows), reset=zero)
+    sum_gradients(t.model)
+    sums = sum_values(sums)
     grad_norm = torch.nn.utils.clip_grad_norm_(t.model.parameters(), cfg.max_grad_norm)
     t.optimizer.step()
     t.scheduler.step()
@@ -243,13 +275,19 @@ def dpo_update(
 
 
 def accumulate_dpo(
-    size: int, model: Any, pairs: PairTokens, rows: list[int], cfg: DPOConfig
+    size: int,
+    model: Any,
+    pairs: PairTokens,
+    rows: list[int],
+    cfg: DPOConfig,
+    batch_rows: int | None = None,
 ) -> dict[str, float]:
     """Backward of the batch mean of the per-pair loss of ``rows``, ``size`` pairs at a time;
-    the sums of the loss and of each :data:`META` value over the batch, divided by its size."""
-    n = len(rows)
+    the sums of the loss and of each :data:`META` value over the batch, divided by its size
+    (``batch_rows`` when ``rows`` are this rank's share of a larger batch)."""
+    n = len(rows) if batch_rows is None else batch_rows
     sums = dict.fromkeys(("loss", *META), 0.0)
-    for start in range(0, n, size):
+    for start in range(0, len(rows), size):
         loss, meta = pairs.loss(model, rows[start : start + size], cfg)
         (loss.sum() / n).backward()
         sums["loss"] += float(loss.detach().sum()) / n
@@ -305,7 +343,7 @@ def train(cfg: DPOConfig, out: str) -> dict:
     best = t.counters.get("best", {}) if t.counters else {}
     micro = MicroBatchSize(cfg.micro_batch_size, backoff=cfg.oom_backoff, name="dpo")
     folder = t.run.out / "pairs"
-    if t.counters is None:  # a fresh start: nothing of an earlier attempt is reused
+    if t.counters is None and is_main():  # a fresh start: nothing of an earlier attempt is reused
         for stale in (folder, t.run.out / "best_checkpoint"):
             shutil.rmtree(stale, ignore_errors=True)
     val: PairTokens | None = None
@@ -316,13 +354,15 @@ def train(cfg: DPOConfig, out: str) -> dict:
         values = validate_pairs(t, val, cfg)
         if values["val/preference_accuracy"] > best.get("val/preference_accuracy", -1.0):
             best.update(values, step=step)  # the best policy so far, beside the last
-            save_checkpoint(t.model, t.tokenizer, t.run.out / "best_checkpoint")
+            if is_main():
+                save_checkpoint(t.model, t.tokenizer, t.run.out / "best_checkpoint")
         return values
 
     bar = progress(total=cfg.n_dpo_rounds, initial=round_, desc="dpo", enabled=cfg.progress)
     stopped = False
     while round_ < cfg.n_dpo_rounds and not stopped:
-        saved = read_saved(folder / f"round_{round_}.jsonl")
+        # Rank 0 reads and writes the round's files; the others read them once written.
+        saved = broadcast_object(read_saved(folder / f"round_{round_}.jsonl") if is_main() else 0)
         if saved is None:  # first time at this round: build its pairs and keep them
             if fixed is not None:
                 pairs, line = fixed, {"pairs": len(fixed), **info}
@@ -338,9 +378,12 @@ def train(cfg: DPOConfig, out: str) -> dict:
             if round_ == 0:
                 pairs, held = split_validation(pairs, cfg.val_pairs, cfg.seed) if cfg.val_pairs \
                     else (pairs, [])  # fmt: skip
-                save_round(held, {}, folder / "validation.jsonl")
+                if is_main():
+                    save_round(held, {}, folder / "validation.jsonl")
             line.update(dpo_round=round_ + 1, train_pairs=len(pairs), sampled_total=sampled)
-            save_round(pairs, line, folder / f"round_{round_}.jsonl")
+            if is_main():
+                save_round(pairs, line, folder / f"round_{round_}.jsonl")
+            barrier()
         pairs, line = read_saved(folder / f"round_{round_}.jsonl")
         sampled = line.get("sampled_total", sampled)
         if pos == 0:  # the round's line (a resumed round has it before the saved offset)

@@ -11,6 +11,12 @@ Every trainer goes through the same stages::
     finish_training  final evaluation if not just done, checkpoint/, done.json; drop state/
 
 :func:`run_main` is the ``rrl <trainer>`` entry point: bad settings exit 2 before any work.
+
+Under ``torchrun`` (``WORLD_SIZE`` > 1) :func:`run_main` first asks the settings whether they
+split over that many processes (``check_world``; refused with exit 2 naming the setting, before
+any work), then joins the process group. Rank 0 decides whether the folder may be written
+(:func:`start_run`) and alone evaluates (the others only sync their engine's weights, as an
+evaluation does); the trainers' own loops are the same on every rank.
 """
 
 from __future__ import annotations
@@ -26,6 +32,15 @@ from tqdm.auto import tqdm
 
 import envs
 from reasoning_core.runtime import engines
+from reasoning_core.runtime.distributed import world as dist_world
+from reasoning_core.runtime.distributed.collectives import broadcast_object
+from reasoning_core.runtime.distributed.sharding import (
+    FullWeightsEngine,
+    is_sharded,
+    shard_policy,
+    unsharded_copy,
+)
+from reasoning_core.runtime.distributed.world import is_main, launched_rank, launched_world_size
 from reasoning_core.runtime.engines import make_engine, resolve_engine
 from reasoning_core.runtime.engines.rollout import RolloutEngine
 from reasoning_core.runtime.errors import ConfigError
@@ -52,8 +67,20 @@ def start_run(
     cfg: CommonConfig, out: str | Path, method: str
 ) -> tuple[torch.device, envs.Task] | None:
     """How every trainer starts: None (after saying so) when ``out`` holds this run finished,
-    else threads, seeds and ``(device, task)``; see :func:`ownership.check_run_folder`."""
-    if ownership.check_run_folder(out, method, cfg, may_change=RESUME_MAY_CHANGE) is not None:
+    else threads, seeds and ``(device, task)``; see :func:`ownership.check_run_folder`. Under
+    ``torchrun`` rank 0 alone reads the folder and tells the others (no rank races it)."""
+    verdict: tuple[str, str] = ("go", "")
+    if is_main():
+        try:
+            if ownership.check_run_folder(out, method, cfg, may_change=RESUME_MAY_CHANGE):
+                verdict = ("done", "")
+        except ConfigError as exc:
+            broadcast_object(("refused", str(exc)))
+            raise
+    verdict = broadcast_object(verdict)
+    if verdict[0] == "refused":
+        raise ConfigError(verdict[1])
+    if verdict[0] == "done":
         return None
     setup_torch(cfg)
     return resolve_device(cfg.device), envs.get_task(cfg.task)
@@ -82,12 +109,21 @@ class Evaluator:
             name="eval entropy",
         )
 
-    def __call__(self, engine: RolloutEngine, model, step: int, run: RunContext) -> dict:
-        """Sync weights, evaluate, write generations, log an ``eval`` line; return it."""
+    def __call__(self, engine: RolloutEngine, model, step: int, run: RunContext) -> dict | None:
+        """Sync weights, evaluate, write generations, log an ``eval`` line; return it. Under
+        ``torchrun`` rank 0 evaluates; another rank only syncs its engine (the weights an
+        evaluation leaves in the engine are the next rollouts' with ``sync_every`` > 1) and
+        returns None."""
+        if not is_main():
+            engine.sync_weights(model)
+            return None
         t0 = time.perf_counter()
+        engine.sync_weights(model)
+        # A sharded policy (FSDP2) cannot run forwards on rank 0 alone: the entropy pass runs
+        # on the engine's full copy, just synced.
+        model = getattr(engine, "full_model", model)
         was_training = model.training
         model.eval()
-        engine.sync_weights(model)
         t1 = time.perf_counter()
         result = evaluate_policy(
             engine,
@@ -188,13 +224,20 @@ def setup_training(
     step 0 on a fresh start (``eval_at_start``)."""
     run = RunContext(cfg, out, method)
     model, tokenizer = load_policy(cfg)
+    full_model = None
+    if getattr(cfg, "sharding", "none") == "fsdp":  # torchrun only (check_world)
+        full_model = unsharded_copy(model)  # the rollout engine's weights
+        shard_policy(model)
     optimizer = optimizer_fn(model, cfg)
     scheduler = make_scheduler(optimizer, cfg, total_steps)
     counters = run.resume(model, optimizer, scheduler)
     run.engine = rollout_engine_kind(cfg, model)
     why = "" if cfg.engine == run.engine else f" (engine: {cfg.engine}; {auto_reason(model)})"
     print(f"[{method}] rollout engine: {run.engine}{why}", file=sys.stderr)
-    engine = make_rollout_engine(cfg, model, tokenizer)
+    if full_model is None:
+        engine = make_rollout_engine(cfg, model, tokenizer)
+    else:
+        engine = FullWeightsEngine(make_rollout_engine(cfg, full_model, tokenizer), full_model)
     evaluator = Evaluator(cfg, task, tokenizer)
     if counters is None and cfg.eval_at_start:
         evaluator(engine, model, 0, run)
@@ -240,18 +283,23 @@ def after_iteration(t: Training, total: int, **counters: int) -> bool:
 
 def finish_training(t: Training, *, step: int, extra: dict[str, Any] | None = None) -> dict:
     """Evaluate at ``step`` unless that was just done, then finish the run folder."""
-    if t.run.last_eval is None or t.run.last_eval["step"] != step:
+    if broadcast_object(t.run.last_eval is None or t.run.last_eval["step"] != step):
         t.evaluator(t.engine, t.model, step, t.run)
-    return t.run.finish(t.model, t.tokenizer, step=step, extra=extra)
+    model = t.model
+    if is_sharded(model):  # the checkpoint is the full weights, gathered on every rank
+        t.engine.sync_weights(model)
+        model = t.engine.full_model
+    return t.run.finish(model, t.tokenizer, step=step, extra=extra)
 
 
 def progress(*, total: int, desc: str, initial: int = 0, enabled: bool = True) -> tqdm:
-    """A tqdm progress bar on stderr (updated at most every 2 s)."""
+    """A tqdm progress bar on stderr (updated at most every 2 s); under ``torchrun``, rank 0's
+    only."""
     return tqdm(
         total=total,
         desc=desc,
         initial=initial,
-        disable=not enabled,
+        disable=not (enabled and is_main()),
         mininterval=2.0,
         file=sys.stderr,
         dynamic_ncols=True,
@@ -265,9 +313,20 @@ def run_main(cls: type, section: str, train_fn, argv: list[str] | None, descript
     if resolved is None:
         return 2
     cfg, args = resolved
+    world = launched_world_size()
+    if world > 1:  # torchrun: the settings must split over the ranks, checked before any work
+        try:
+            cfg.check_world(world)
+        except ConfigError as exc:
+            if launched_rank() == 0:
+                print(f"rrl {section}: {exc}", file=sys.stderr)
+            return 2
+        dist_world.init(cfg.device)
     try:
         train_fn(cfg, args.out)
     except ConfigError as exc:  # data-dependent settings checked after loading the data
         print(f"rrl {section}: {exc}", file=sys.stderr)
+        dist_world.shutdown(wait=False)
         return 2
+    dist_world.shutdown()
     return 0

@@ -41,6 +41,7 @@ from reasoning_core.runtime.training.settings import (
     CommonConfig,
     check_at_least_one,
     check_divisible,
+    check_world_batches,
 )
 from reasoning_core.runtime.training.updates import sft_update
 
@@ -88,6 +89,12 @@ class SFTConfig(CommonConfig):
         if self.train_data and not Path(self.train_data).is_file():
             raise ConfigError(f"setting 'train_data': file {self.train_data!r} does not exist")
         super().validate()
+
+    def check_world(self, world: int) -> None:
+        """Under ``torchrun``: each rank trains on an equal share of every batch (an epoch's
+        last, shorter batch is shared as evenly as it goes) in an equal share of its micro
+        batches."""
+        check_world_batches(self, world, "batch_size", "gradient_accumulation_steps")
 
     @property
     def micro_batch_size(self) -> int:

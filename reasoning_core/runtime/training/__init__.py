@@ -11,6 +11,6 @@
 - :mod:`.engine_check`: the engine's log-probs against the policy's (the mismatch check, TIS).
 - :mod:`.pair_logprobs`: sequence log-probs of preference pairs (DPO).
 
-May import: the core, :mod:`envs`, :mod:`..errors`, :mod:`..settings`, :mod:`..run`,
-:mod:`..engines`. Not evaluation or trainers.
+May import: the core, :mod:`envs`, :mod:`..errors`, :mod:`..settings`, :mod:`..distributed`,
+:mod:`..run`, :mod:`..engines`. Not evaluation or trainers.
 """

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from reasoning_core.runtime.distributed.world import device_name
 from reasoning_core.runtime.errors import ConfigError
 from reasoning_core.runtime.run.rng import seed_everything
 from reasoning_core.runtime.training.settings import CommonConfig
@@ -20,7 +21,9 @@ COMPILED_FORWARD = "_rrl_compiled_forward"
 
 
 def resolve_device(name: str) -> torch.device:
-    """``"auto"`` is the GPU when there is one, else the CPU; any other name as torch reads it."""
+    """``"auto"`` is the GPU when there is one, else the CPU; any other name as torch reads it.
+    Under ``torchrun`` on CUDA, each rank's own GPU (``cuda:LOCAL_RANK``)."""
+    name = device_name(name)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)

@@ -3,6 +3,13 @@
 :func:`sample_and_grade` is what one step of expert iteration and one step of GRPO both begin
 with. The questions a step samples and the engine's seed are functions of ``(seed, step)``
 (:mod:`reasoning_core.runtime.run.rng`), so a resumed run samples what an uninterrupted run would.
+
+Seeding (setting ``rollout_seeding``): ``batch`` (the default) samples a step's questions in one
+engine call with one seed; ``group`` samples each question's group in its own call, seeded by
+``(seed, step, round, group index)``, so a group's responses do not depend on which other
+groups share its call. Under ``torchrun`` each rank samples and grades its contiguous share of
+the groups (``group`` seeding: what one process would draw for them), and the ranks' shares are
+gathered in group order, so every rank holds the whole rollout batch.
 """
 
 from __future__ import annotations
@@ -13,7 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import envs
+from envs.grade_stats import GradeStats
 from envs.grader import METRIC_KEYS as GRADE_KEYS  # ("grade/timeouts", "grade/errors")
+from reasoning_core.runtime.distributed.collectives import gather_objects, share
+from reasoning_core.runtime.distributed.world import world_size
 from reasoning_core.runtime.engines.rollout import Completion, RolloutEngine, SamplingParams
 from reasoning_core.runtime.errors import ConfigError
 from reasoning_core.runtime.run.rng import Stream, step_rng, step_seed
@@ -156,6 +166,7 @@ class Rollouts:
     params: SamplingParams
     seed: int
     sync_every: int = 1
+    seeding: str = "batch"  # setting rollout_seeding: one engine call per step, or per group
 
     @classmethod
     def from_config(
@@ -173,6 +184,7 @@ class Rollouts:
             params=rollout_params(cfg),
             seed=cfg.seed,
             sync_every=sync_every,
+            seeding=getattr(cfg, "rollout_seeding", "batch"),
         )
 
 
@@ -232,10 +244,17 @@ def sample_and_grade(
     (stream ``QUESTIONS``; with replacement when the pool holds fewer, e.g. one-example
     training), the policy's weights synced into the engine (on every ``sync_every``-th step;
     on the others the engine keeps the weights of its last sync), ``params.n`` responses per
-    question sampled with the step's seed (stream ``ROLLOUT_SEED``), graded.
+    question sampled, graded.
+
+    Seeds: with ``rollouts.seeding`` ``batch``, one engine call with the step's seed (stream
+    ``ROLLOUT_SEED``); with ``group``, one call per question, seeded by the step, the round and
+    the question's index in the batch (stream ``ROLLOUT_GROUP``). Under ``torchrun`` (group
+    seeding only) this rank samples and grades its share of the questions
+    (:func:`~reasoning_core.runtime.distributed.collectives.share`) and the shares are gathered:
+    every rank returns the whole batch, as one process would draw it.
 
     ``round_`` > 0 is an extra round of the same step (dynamic sampling): other questions and
-    another engine seed, keyed by ``(step, round_)``, and no weight sync (the engine already
+    other engine seeds, keyed by ``(step, round_)``, and no weight sync (the engine already
     holds the step's weights)."""
     keys = (step,) if round_ == 0 else (step, round_)
     replace = count > len(rollouts.questions)
@@ -249,15 +268,30 @@ def sample_and_grade(
     if round_ == 0 and step % rollouts.sync_every == 0:
         engine.sync_weights(model)
     t1 = time.perf_counter()
-    groups = engine.generate(prompts, params)
+    if rollouts.seeding == "group":
+        mine = list(share(range(count)))
+        groups = [
+            engine.generate(
+                [prompts[g]],
+                params.replace(
+                    seed=step_seed(rollouts.seed, Stream.ROLLOUT_GROUP, step, round_, g)
+                ),
+            )[0]
+            for g in mine
+        ]
+    else:
+        if world_size() > 1:  # refused before any work (check_world); never N copies
+            raise RuntimeError("rollout_seeding batch cannot be split over ranks")
+        mine = list(range(count))
+        groups = engine.generate(prompts, params)
     t2 = time.perf_counter()
     batch = RolloutBatch([], [], [], [], [], {})
-    for prompt, question, group in zip(prompts, questions, groups, strict=True):
+    for g, group in zip(mine, groups, strict=True):
         assert len(group) == params.n, "engine returned the wrong number of samples"
         for completion in group:
-            batch.prompts.append(prompt)
+            batch.prompts.append(prompts[g])
             batch.responses.append(completion.text)
-            batch.ground_truths.append(question.ground_truth)
+            batch.ground_truths.append(questions[g].ground_truth)
             batch.lengths.append(len(completion.token_ids))
             batch.completions.append(completion)
     batch.scores = grade(rollouts.reward_fn, batch.responses, batch.ground_truths)
@@ -266,4 +300,42 @@ def sample_and_grade(
         "time/rollout": t2 - t1,
         "time/grade": time.perf_counter() - t2,
     }
-    return batch
+    return gather_batches(batch) if world_size() > 1 else batch
+
+
+def gather_batches(batch: RolloutBatch) -> RolloutBatch:
+    """Every rank's :class:`RolloutBatch`, concatenated in rank order (the ranks' shares of the
+    groups are contiguous, so this is group order). The grading counts are summed; the
+    ``time/`` measurements are this rank's own."""
+    parts = gather_objects(
+        (
+            batch.prompts,
+            batch.responses,
+            batch.ground_truths,
+            batch.lengths,
+            list(batch.scores),
+            grade_counts(batch.scores),
+            batch.completions,
+        )
+    )
+    out = RolloutBatch([], [], [], [], [], dict(batch.seconds))
+    scores: list[dict] = []
+    counts = dict.fromkeys(GRADE_KEYS, 0)
+    for prompts, responses, truths, lengths, part_scores, part_counts, completions in parts:
+        out.prompts += prompts
+        out.responses += responses
+        out.ground_truths += truths
+        out.lengths += lengths
+        out.completions += completions
+        scores += part_scores
+        for key in GRADE_KEYS:
+            counts[key] += int(part_counts[key])
+    if isinstance(batch.scores, envs.GradeResults):
+        results = envs.GradeResults(scores)
+        results.stats = GradeStats(
+            n=len(scores), timeouts=counts["grade/timeouts"], errors=counts["grade/errors"]
+        )
+        out.scores = results
+    else:
+        out.scores = scores
+    return out

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import torch
 
 import envs
+from reasoning_core.runtime.distributed.collectives import check_divides
 from reasoning_core.runtime.engines import ENGINE_DEFAULT, ENGINE_SETTINGS, ENGINES
 from reasoning_core.runtime.engines.hf import HFEngine
 from reasoning_core.runtime.engines.static.engine import StaticEngine
@@ -136,6 +137,15 @@ class CommonConfig:
     """Where metrics go besides metrics.jsonl: tensorboard (event files in OUT/tensorboard)
     and/or wandb (offline unless WANDB_MODE says otherwise); each needs its pip extra."""
 
+    def check_world(self, world: int) -> None:
+        """Refuse, before any work, a launch on ``world`` processes (``torchrun``) that this
+        command cannot split; the trainers that can override this with their own checks. No
+        command silently runs ``world`` copies of itself."""
+        raise ConfigError(
+            f"this command runs in one process only, but torchrun started {world} (WORLD_SIZE="
+            f"{world}); launch it without torchrun (rrl grpo, sft and dpo run under torchrun)"
+        )
+
     @property
     def micro_batch_size(self) -> int:
         """Rows per micro batch of the training passes: each trainer's batch over its
@@ -197,6 +207,13 @@ class RolloutConfig(CommonConfig):
     engine in sync stays near 1e-6, a bfloat16 vLLM near 1e-2, one unsynced step at lr 1e-4
     near 8e-2 (docs/rollout_mismatch.md)."""
 
+    rollout_seeding: Literal["batch", "group"] = "batch"
+    """How rollouts are seeded: batch (one engine call and one seed per step: the committed
+    runs') or group (each question's group sampled in its own engine call, seeded by the seed,
+    the step and the group's index, so its responses do not depend on the other groups; needed
+    under torchrun, where it gives the same rollouts on any number of processes; slower on an
+    engine that batches, as each call holds one group)."""
+
     def validate(self) -> None:
         check_at_least_one(self, "sync_every")
         if self.logprob_diff_warn is not None and not self.logprob_diff_warn > 0:
@@ -205,6 +222,26 @@ class RolloutConfig(CommonConfig):
                 f"got {self.logprob_diff_warn}"
             )
         super().validate()
+
+
+def check_group_seeding(cfg: Any, world: int) -> None:
+    """Under ``torchrun`` the rollouts are split over the ranks by groups: refuse batch seeding
+    (one engine call per step, whose draws depend on the split), naming ``rollout_seeding``."""
+    if cfg.rollout_seeding != "group":
+        raise ConfigError(
+            f"setting 'rollout_seeding' is {cfg.rollout_seeding!r}, but on {world} processes "
+            "each rank samples its share of the groups; set rollout_seeding: group (each "
+            "group seeded by itself, the same draws on any number of processes)"
+        )
+
+
+def check_world_batches(cfg: Any, world: int, batch: str, accumulation: str) -> None:
+    """The batch ``batch`` and its micro batches (``accumulation`` of them) split whole over
+    ``world`` ranks: both settings multiples of the world size."""
+    check_divides(cfg, world, batch, what=": each rank trains on an equal share of it")
+    check_divides(
+        cfg, world, accumulation, what=": each rank accumulates an equal share of the micro batches"
+    )
 
 
 def check_positive(cfg: Any, *names: str) -> None:

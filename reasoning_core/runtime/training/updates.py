@@ -9,6 +9,12 @@ Each update shows one optimizer step in the open::
     clip the gradient norm to max_grad_norm
     AdamW step; learning-rate schedule step; zero the gradients (free them until the next step)
 
+Under ``torchrun`` each rank accumulates its contiguous share of the chosen rows
+(:func:`~reasoning_core.runtime.distributed.collectives.share`) with the normalizer of the
+whole batch (its row count, or ``token_mean``'s token count), the gradients are summed over the
+ranks before clipping (:func:`~reasoning_core.runtime.distributed.collectives.sum_gradients`),
+and the logged sums are the global ones: every rank then takes the same step.
+
 The accumulation runs through :meth:`MicroBatchSize.call`: on a CUDA out-of-memory error it
 drops the partial gradient and redoes the accumulation with smaller micro batches; the step is
 still the same batch mean. ``rrl gpu-check`` times these very functions.
@@ -27,6 +33,14 @@ from reasoning_core import (
     sft_microbatch_train_step,
     token_mean_constant,
 )
+from reasoning_core.runtime.distributed.collectives import (
+    max_value,
+    share,
+    sum_gradients,
+    sum_tensor,
+    sum_values,
+)
+from reasoning_core.runtime.distributed.world import world_size
 from reasoning_core.runtime.training.batching import (
     MicroBatchSize,
     TokenBatch,
@@ -62,20 +76,37 @@ def sft_update(
     zero = partial(optimizer.zero_grad, set_to_none=True)
     zero()
     loss, ent_sum, ent_n = micro_batch_size.call(
-        accumulate_sft, model, batch, rows, device, normalize_constant, reset=zero
+        accumulate_sft,
+        model,
+        batch,
+        share(rows),
+        device,
+        normalize_constant,
+        batch_rows=len(rows),
+        reset=zero,
     )
+    sum_gradients(model)  # a no-op in one process
+    if world_size() > 1:
+        total = sum_values({"loss": loss, "ent_sum": ent_sum, "ent_n": ent_n})
+        loss, ent_sum, ent_n = total["loss"], total["ent_sum"], int(total["ent_n"])
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
     optimizer.step()
     scheduler.step()
     zero()  # the gradients hold no memory while the engine samples
     return {
         "loss": loss,
-        "grad_norm": float(grad_norm),
+        "grad_norm": norm_value(grad_norm),
         "entropy": ent_sum / max(1, ent_n),
         "response_length": float(batch.response_mask[rows].sum(dim=1).float().mean()),
         "lr": lr,
         **micro_batch_size.metrics(),
     }
+
+
+def norm_value(norm: torch.Tensor) -> float:
+    """``clip_grad_norm_``'s total norm as a float (under FSDP2 a DTensor: its full value)."""
+    full = getattr(norm, "full_tensor", None)
+    return float(full() if full is not None else norm)
 
 
 def accumulate_sft(
@@ -85,12 +116,14 @@ def accumulate_sft(
     rows: torch.Tensor,
     device: torch.device,
     normalize_constant: float,
+    batch_rows: int | None = None,
 ) -> tuple[float, float, int]:
     """Backward of the SFT loss of ``rows`` in micro batches of ``size``: (loss, entropy sum,
     token count). A micro batch of m of the n rows calls ``sft_microbatch_train_step`` with
     ``normalize_constant * n / m``, so the accumulated gradient is the batch mean exactly, even
-    when the last micro batch is smaller."""
-    n = len(rows)
+    when the last micro batch is smaller. ``batch_rows``: n when ``rows`` are this rank's
+    share of a larger batch (default: ``len(rows)``)."""
+    n = len(rows) if batch_rows is None else batch_rows
     total_loss, ent_sum, ent_n = 0.0, 0.0, 0
     for micro in micro_batches(batch, rows, size):
         log_probs, entropy = policy_log_probs(model, micro, device)
@@ -188,19 +221,23 @@ def grpo_update(
         reset=zero,
         model=model,
         rollouts=rollouts,
-        rows=rows,
+        rows=share(rows),
         loss=loss,
         device=device,
         share_prompts=share_prompts,
         engine_check=engine_check,
+        batch_rows=len(rows),
     )
+    sum_gradients(model)  # a no-op in one process
+    if world_size() > 1:
+        acc = global_sums(acc)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
     optimizer.step()
     scheduler.step()
     zero()  # the gradients hold no memory while the engine samples
     return {
         "loss": acc.loss,
-        "grad_norm": float(grad_norm),
+        "grad_norm": norm_value(grad_norm),
         "entropy": acc.entropy_sum / max(1, acc.tokens),
         "clip_fraction": acc.clipped_sum / max(1, acc.tokens),
         "lr": lr,
@@ -231,16 +268,20 @@ def accumulate_grpo(
     device: torch.device,
     share_prompts: bool,
     engine_check: EngineCheck | None = None,
+    batch_rows: int | None = None,
 ) -> Accumulated:
     """Backward of the policy-gradient loss of ``rows`` in micro batches of ``size``.
 
     The micro batches are equal (the size divides the train batch), so each one's mean loss
-    divided by their number (``gradient_accumulation_steps``) sums to the batch mean.
+    divided by their number (``gradient_accumulation_steps``) sums to the batch mean. Under
+    ``torchrun`` ``rows`` is this rank's share of a train batch of ``batch_rows`` rows, and
+    the number is the whole batch's (``batch_rows / size``): the ranks' sums add up to the
+    batch mean.
     ``share_prompts``: each micro batch's distinct prompts are computed once
     (:func:`~reasoning_core.runtime.training.batching.shared_prompt_log_probs`). Each token's loss is
     weighted by the rollouts' ``token_weights`` or, with ``engine_check``, by the TIS weights of
     its own log-probs (detached) against the engine's, which ``engine_check`` also adds up."""
-    steps = len(rows) // size
+    steps = (len(rows) if batch_rows is None else batch_rows) // size
     loss_sum, ent_sum, ent_n, clip_sum, kl_sum = 0.0, 0.0, 0, 0.0, 0.0
     sums = MismatchSums()
     old, weights = rollouts.old_log_probs, rollouts.token_weights
@@ -282,6 +323,46 @@ def accumulate_grpo(
     return Accumulated(loss_sum, ent_sum, ent_n, clip_sum, sums, kl_sum)
 
 
+def global_sums(acc: Accumulated) -> Accumulated:
+    """The ranks' :class:`Accumulated` summed (the engine check's largest difference: the
+    largest over the ranks): the whole train batch's."""
+    m = acc.mismatch
+    total = sum_values(
+        {
+            "loss": acc.loss,
+            "entropy_sum": acc.entropy_sum,
+            "tokens": acc.tokens,
+            "clipped_sum": acc.clipped_sum,
+            "kl_sum": acc.kl_sum,
+            "diff": m.diff,
+            "outside": m.outside,
+            "aligned": m.aligned,
+            "responses": m.responses,
+            "weight": m.weight,
+            "clipped": m.clipped,
+            "tis": float(m.tis),
+        }
+    )
+    mismatch = MismatchSums(
+        diff=total["diff"],
+        diff_max=max_value(m.diff_max),
+        outside=total["outside"],
+        aligned=int(total["aligned"]),
+        responses=int(total["responses"]),
+        weight=total["weight"],
+        clipped=total["clipped"],
+        tis=total["tis"] > 0,
+    )
+    return Accumulated(
+        total["loss"],
+        total["entropy_sum"],
+        int(total["tokens"]),
+        total["clipped_sum"],
+        mismatch,
+        total["kl_sum"],
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # No-gradient scoring passes
 
@@ -296,11 +377,15 @@ def compute_old_log_probs(
 ) -> torch.Tensor:
     """Log-probs (rollouts, seq) float32 on the CPU of every response token under the current
     (sampling) policy, no gradient: the ``old_log_probs`` of the ratio losses (with
-    ``share_prompts``, 0 at the prompt positions, as the training pass then gives them)."""
+    ``share_prompts``, 0 at the prompt positions, as the training pass then gives them).
+
+    Under ``torchrun`` each rank scores its contiguous share of the rows (whole groups) and the
+    shares are summed into the whole tensor, which every rank then holds."""
+    rows = list(share(range(tokens.rows)))
     log_probs, _, _ = micro_batch_size.call(
-        score_responses, model, tokens, device, share_prompts, False
+        score_responses, model, tokens, device, share_prompts, False, rows
     )
-    return log_probs
+    return sum_tensor(log_probs)
 
 
 @torch.no_grad()
@@ -333,14 +418,16 @@ def score_responses(
     device: torch.device,
     share: bool,
     entropy: bool,
+    rows: list[int] | None = None,
 ) -> tuple[torch.Tensor, float, int]:
     """The no-gradient passes (:func:`compute_old_log_probs`, :func:`score_rollouts`) in micro
     batches of ``size``: (log-probs (rows, seq) float32 on the CPU, entropy sum, token count;
     the two 0 without ``entropy``). ``share``: each micro batch's distinct prompts computed
-    once."""
+    once. ``rows``: only these rows are scored (the others stay 0); default all."""
     log_probs = torch.zeros(tokens.input_ids.shape, dtype=torch.float32)
     total, count = 0.0, 0
-    for micro in micro_batches(tokens, list(range(tokens.rows)), size):
+    rows = list(range(tokens.rows)) if rows is None else rows
+    for micro in micro_batches(tokens, rows, size):
         lp, ent = policy_log_probs(model, micro, device, with_entropy=entropy, share_prompts=share)
         log_probs[micro.rows, : lp.shape[1]] = lp.float().cpu()
         if entropy:

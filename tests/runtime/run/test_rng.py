@@ -18,6 +18,7 @@ def test_rng_streams_keep_the_numbers_every_saved_run_was_drawn_with():
         "DPO_ORDER": 5,
         "DPO_VAL": 6,
         "REWARD_CONTROL": 7,
+        "ROLLOUT_GROUP": 8,
         "SFT_SUBSET": 10,
         "SFT_ORDER": 11,
         "PACKED_ORDER": 12,

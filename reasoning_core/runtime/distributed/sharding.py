@@ -1,0 +1,126 @@
+"""FSDP2: the policy sharded over the ranks, and what a sharded policy needs around it.
+
+``sharding: fsdp`` (``rrl grpo`` under ``torchrun``) wraps each decoder layer and then the
+whole model in ``torch.distributed.fsdp.fully_shard``: each rank holds 1/N of every parameter,
+gradient and AdamW moment; a forward gathers a layer's parameters for its time, a backward
+reduce-scatters its gradients. The reduce-scatter is set to *sum* (gradient divide factor 1):
+each rank's loss is already its share of the global batch mean. On CUDA the layers compute in
+bfloat16 and reduce in float32 (``MixedPrecisionPolicy``); on a CPU everything stays float32.
+
+Every rank must then run the same forwards: the rollout engine cannot sample from the sharded
+module (ranks decode different lengths), so it samples from a full copy of the weights of its
+own, refreshed from the shards on every sync (:class:`FullWeightsEngine`); the evaluation's
+entropy pass and the final checkpoint use that copy; the resumable state is the gathered full
+state (:func:`full_state`, :func:`load_full_state`), loadable at any world size.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+from reasoning_core.runtime.errors import ConfigError
+
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    """True when ``model`` is an FSDP2 module (its parameters are shards)."""
+    return isinstance(model, FSDPModule)
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The decoder layers of a Hugging Face causal LM (``model.model.layers``)."""
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if layers is None:
+        raise ConfigError(
+            f"setting 'sharding' is fsdp, but {type(model).__name__} has no decoder layers at "
+            "model.layers to shard; use sharding: none"
+        )
+    return list(layers)
+
+
+def shard_policy(model: torch.nn.Module) -> torch.nn.Module:
+    """``fully_shard`` each decoder layer, then the whole model (in place; returns it), the
+    gradients summed over the ranks. bf16 compute with float32 reduction on CUDA; none on CPU."""
+    device = next(model.parameters()).device
+    if device.type == "cuda":
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    else:
+        policy = MixedPrecisionPolicy()
+    for layer in decoder_layers(model):
+        fully_shard(layer, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)  # sum: each rank's loss is its share
+            module.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no other)
+    return model
+
+
+FULL = StateDictOptions(full_state_dict=True)
+FULL_CPU = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def full_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer of a sharded ``model`` gathered whole, on every rank (a
+    collective: every rank calls it)."""
+    return get_model_state_dict(model, options=FULL)
+
+
+def full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """The whole model and optimizer state of a sharded policy, gathered onto rank 0's CPU
+    (the other ranks get empty dicts; every rank calls it)."""
+    return (
+        get_model_state_dict(model, options=FULL_CPU),
+        get_optimizer_state_dict(model, optimizer, options=FULL_CPU),
+    )
+
+
+def load_full_state(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, model_state: dict, optim_state: dict
+) -> None:
+    """Load a :func:`full_state` (read by every rank) into a sharded policy and its optimizer:
+    each rank keeps its own shards, whatever the world size that saved it."""
+    set_model_state_dict(model, model_state, options=FULL)
+    set_optimizer_state_dict(model, optimizer, optim_state, options=FULL)
+
+
+class FullWeightsEngine:
+    """A rollout engine over a full copy of a sharded policy's weights.
+
+    ``engine`` samples from ``full_model`` (an unsharded copy of the policy, made before it was
+    sharded); :meth:`sync_weights` gathers the shards into it (a collective: every rank syncs
+    at the same points, as the trainers do) and then syncs ``engine`` from it. Everything else
+    is ``engine``'s."""
+
+    def __init__(self, engine: Any, full_model: torch.nn.Module):
+        self.engine = engine
+        self.full_model = full_model
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        with torch.no_grad():
+            self.full_model.load_state_dict(full_weights(model))
+        self.engine.sync_weights(self.full_model)
+
+    def generate(self, prompts: list[str], params: Any) -> Any:
+        return self.engine.generate(prompts, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+
+def unsharded_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A plain copy of ``model`` for its engine (before sharding), without gradients."""
+    full = copy.deepcopy(model)
+    full.requires_grad_(False)
+    return full

@@ -1,0 +1,101 @@
+"""The distributed layer in one process and the world-size checks of each trainer's settings.
+
+In one process every helper is the identity (nothing initialized, rank 0 of 1), so a plain run
+computes what it always did; the checks refuse, naming the setting, a launch that would split
+a group, a batch or its micro batches unevenly, or run N copies of a command that cannot split.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from reasoning_core.runtime.distributed import collectives, world
+from reasoning_core.runtime.errors import ConfigError
+from reasoning_core.runtime.trainers.dpo import DPOConfig
+from reasoning_core.runtime.trainers.ei import EIConfig
+from reasoning_core.runtime.trainers.grpo import GRPOConfig
+from reasoning_core.runtime.trainers.sft import SFTConfig
+
+
+def test_one_process_is_rank_0_of_1_and_every_helper_is_the_identity():
+    assert not world.active() and world.rank() == 0 and world.world_size() == 1
+    assert world.is_main()
+    assert collectives.sum_values({"a": 1.5}) == {"a": 1.5}
+    t = torch.arange(3.0)
+    assert collectives.sum_tensor(t) is t
+    assert collectives.gather_objects("x") == ["x"]
+    assert collectives.broadcast_object(7) == 7
+    assert list(collectives.share(range(5))) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(
+    ("n", "parts", "expected"),
+    [(8, 2, [[0, 1, 2, 3], [4, 5, 6, 7]]), (5, 2, [[0, 1, 2], [3, 4]]), (1, 2, [[0], []])],
+)
+def test_shares_are_contiguous_and_cover_every_item_once(n, parts, expected):
+    got = [list(collectives.share(range(n), parts, i)) for i in range(parts)]
+    assert got == expected
+
+
+def test_the_backend_follows_the_device():
+    assert world.backend_for("cpu") == "gloo"
+    assert world.backend_for("cuda:1") == "nccl"
+
+
+GRPO_OK = dict(
+    rollout_batch_size=16,
+    group_size=4,
+    train_batch_size=8,
+    gradient_accumulation_steps=2,
+    rollout_seeding="group",
+)
+
+
+@pytest.mark.parametrize(
+    ("change", "setting"),
+    [
+        ({"rollout_seeding": "batch"}, "rollout_seeding"),
+        ({"rollout_batch_size": 12, "train_batch_size": 12, "gradient_accumulation_steps": 4},
+         "rollout_batch_size"),
+        ({"rollout_batch_size": 24, "train_batch_size": 12, "gradient_accumulation_steps": 3},
+         "gradient_accumulation_steps"),
+    ],
+)  # fmt: skip
+def test_grpo_refuses_a_world_it_cannot_split_naming_the_setting(change, setting):
+    GRPOConfig(**GRPO_OK).check_world(2)  # the defaults above split over 2
+    with pytest.raises(ConfigError, match=f"setting '{setting}'"):
+        GRPOConfig(**{**GRPO_OK, **change}).check_world(2)
+
+
+def test_sft_and_dpo_refuse_batches_that_do_not_split():
+    SFTConfig(batch_size=8, gradient_accumulation_steps=2).check_world(2)
+    with pytest.raises(ConfigError, match="setting 'batch_size'"):
+        SFTConfig(batch_size=9, gradient_accumulation_steps=3).check_world(2)
+    DPOConfig(pairs="jsonl", batch_size=4, gradient_accumulation_steps=2).check_world(2)
+    with pytest.raises(ConfigError, match="setting 'rollout_seeding'"):
+        DPOConfig(pairs="verified", batch_size=4, gradient_accumulation_steps=2).check_world(2)
+    with pytest.raises(ConfigError, match="setting 'sample_only'"):
+        DPOConfig(sample_only=True).check_world(2)
+
+
+def test_a_command_that_cannot_split_refuses_any_launch_of_several():
+    with pytest.raises(ConfigError, match="runs in one process only"):
+        EIConfig().check_world(2)
+
+
+def test_fsdp_needs_torchrun_and_no_out_of_memory_back_off():
+    with pytest.raises(ConfigError, match="setting 'sharding' is fsdp"):
+        GRPOConfig(sharding="fsdp").validate()  # a plain run: nothing to shard over
+    with pytest.raises(ConfigError, match="setting 'oom_backoff' must be false"):
+        GRPOConfig(**GRPO_OK, sharding="fsdp").check_world(2)
+    GRPOConfig(**GRPO_OK, sharding="fsdp", oom_backoff=False).check_world(2)
+
+
+def test_a_command_that_is_no_trainer_refuses_under_torchrun(monkeypatch, capsys):
+    from reasoning_core.runtime import cli
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    assert cli.main(["summary", "--help"]) == 2
+    assert "runs in one process only" in capsys.readouterr().err

@@ -1,0 +1,267 @@
+"""Runs under ``torchrun`` on 2 CPU processes (gloo) against the same run in one process.
+
+Each test starts the micro world's trainers through ``tests/helpers/graded_rrl.py`` (``rrl``
+with the stand-in grader ``fake_grade``, so groups have different rewards and every update is
+non-zero), once alone and once under ``torchrun --nproc_per_node 2``, with the same global
+batch, and compares ``metrics.jsonl`` apart from ``time/`` and the final weights.
+
+Tolerance (:data:`RTOL`, :data:`ATOL`). The two runs compute the same sums in another order:
+rank r accumulates its own micro batches and the ranks' gradients are added after (with FSDP2,
+reduce-scattered after every micro batch), where one process adds the micro batches one after
+another; the old log-probs of a rank's share are scored in other micro batches (another padded
+width). In float32 that moves a gradient by a few units in the last place and the logged means
+by as little. Measured on this machine (largest relative difference of a logged number of
+magnitude 1e-3 or more; largest absolute difference of a final weight): GRPO on-policy
+2.3e-7 and 8.3e-7; grpo_clip 6.6e-8 and 7.3e-7, with FSDP2 2.7e-6 and 7.1e-7; SFT 7.3e-8 and
+1.3e-7; DPO bitwise equal. The tolerances are 40x to 1000x that, far below what a wrong
+normalizer (a factor of 2 in the loss, TRL #3021) or a rank's rollouts counted twice would
+move (the loss and gradient norm by tens of percent). A sampled token could still flip where
+the weights differ in the last place; with per-group seeding a group is sampled in its own
+engine call on either side, so its draws never depend on the split (no padding from other
+prompts), and none flipped here: the rewards, response lengths and every metric agree.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from micro_world import COMMON, GRPO, SFT
+from project_root import ROOT
+from safetensors.torch import load_file
+
+from reasoning_core.runtime.run.metrics import read_metrics, without_time
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = ROOT / "tests" / "helpers" / "graded_rrl.py"
+RTOL = 1e-4
+ATOL = 1e-5
+
+# Quiet runs: evaluation only at the end (rank 0 evaluates alone), two steps.
+GRPO_2 = {
+    **GRPO,
+    "n_grpo_steps": 2,
+    "eval_every": 0,
+    "eval_at_start": False,
+    "eval_examples": 4,
+    "save_every": 0,
+    "rollout_seeding": "group",
+}
+ON_POLICY = {
+    **GRPO_2,
+    "loss_type": "reinforce_with_baseline",
+    "train_batch_size": 16,
+    "gradient_accumulation_steps": 4,
+    "length_normalization": "token_mean",
+}
+# grpo_clip over two train batches per rollout batch: the second step is off-policy.
+OFF_POLICY = {**GRPO_2, "loss_type": "grpo_clip", "advantage_estimator": "batch_std"}
+
+
+def sets(values: dict) -> list[str]:
+    return [a for k, v in values.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+
+
+def launch(command: str, cfg: dict, world: Path, out: Path, *, nproc: int = 1, env=None):
+    """``rrl <command>`` with the stand-in grader, alone (``nproc`` 1) or under torchrun."""
+    argv = [str(SCRIPT), command, *sets({**cfg, "model_path": str(world)}), "--out", str(out)]
+    if nproc > 1:
+        argv = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *argv]
+    environ = {**os.environ, **(env or {})}
+    paths = [str(ROOT), str(ROOT / "tests" / "helpers"), environ.get("PYTHONPATH")]
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
+    return subprocess.run(
+        [sys.executable, *argv], env=environ, capture_output=True, text=True, timeout=600
+    )
+
+
+def run(command: str, cfg: dict, world: Path, out: Path, *, nproc: int = 1) -> list[dict]:
+    done = launch(command, cfg, world, out, nproc=nproc)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return without_time(read_metrics(out / "metrics.jsonl"))
+
+
+def assert_close_records(a: list[dict], b: list[dict]) -> float:
+    """Same lines, same keys, strings and integers equal, floats within the tolerance; returns
+    the largest relative difference seen among the values of magnitude 1e-3 or more."""
+    assert len(a) == len(b)
+    worst = 0.0
+    for x, y in zip(a, b, strict=True):
+        assert x.keys() == y.keys(), (x["step"], set(x) ^ set(y))
+        for key, u in x.items():
+            v = y[key]
+            if isinstance(u, float) and isinstance(v, float):
+                assert math.isclose(u, v, rel_tol=RTOL, abs_tol=ATOL), (x["step"], key, u, v)
+                if max(abs(u), abs(v)) >= 1e-3:
+                    worst = max(worst, abs(u - v) / max(abs(u), abs(v)))
+            else:
+                assert u == v, (x["step"], key, u, v)
+    return worst
+
+
+def assert_close_weights(a: Path, b: Path, tol: float = ATOL) -> float:
+    wa, wb = (
+        load_file(a / "checkpoint" / "model.safetensors"),
+        load_file(b / "checkpoint" / "model.safetensors"),
+    )
+    assert wa.keys() == wb.keys()
+    worst = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
+    assert worst <= tol, worst
+    return worst
+
+
+def moved(start: Path, run_dir: Path) -> float:
+    """How far training moved the weights (so an equality is not one of untouched models)."""
+    w0, w1 = (
+        load_file(start / "model.safetensors"),
+        load_file(run_dir / "checkpoint" / "model.safetensors"),
+    )
+    return max(float((w0[k] - w1[k]).abs().max()) for k in w1)
+
+
+def only_rank_0_wrote(one: Path, two: Path) -> None:
+    """The 2-rank folder holds what the one-process folder holds: no file of another rank."""
+    assert (two / "done.json").is_file()
+    assert sorted(p.name for p in two.iterdir()) == sorted(p.name for p in one.iterdir())
+
+
+def resume_after_kill(cfg: dict, world: Path, out: Path, *, also_in_one: Path | None = None):
+    """A 2-rank run killed right after optimizer step 3 (state saved after an earlier step),
+    then the same command again: the resumed run's metrics. ``also_in_one``: a copy of the
+    killed folder resumed there by one process first (another world size)."""
+    killed = launch("grpo", cfg, world, out, nproc=2, env={"RRL_EXIT_AFTER_STEP": "3"})
+    assert killed.returncode != 0 and not (out / "done.json").exists()
+    state = torch.load(out / "state" / "trainer_state.pt", weights_only=False)
+    assert state["counters"]["opt_step"] < 3 and len(state["rng_ranks"]) == 2
+    if also_in_one is not None:
+        shutil.copytree(out, also_in_one)
+        run("grpo", cfg, world, also_in_one)
+    return run("grpo", cfg, world, out, nproc=2)
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    wa = load_file(a / "checkpoint" / "model.safetensors")
+    wb = load_file(b / "checkpoint" / "model.safetensors")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_on_policy_grpo_on_two_ranks_equals_one_process_and_resumes_exactly(world, tmp_path):
+    """3 on-policy GRPO steps (token_mean, 4 micro batches, so each rank sums 2 of them before
+    the ranks' sum): one process's metrics and weights within the tolerance. Then the 2-rank
+    run killed after step 3 and resumed from the state saved after step 2: the uninterrupted
+    2-rank run exactly (the same world size, the same sums in the same order), each rank's RNG
+    state saved; the same state resumed by one process: the one-process run within the
+    tolerance (a state loads at another world size)."""
+    cfg = {**ON_POLICY, "n_grpo_steps": 3, "save_every": 1}
+    one = run("grpo", cfg, world, tmp_path / "one")
+    two = run("grpo", cfg, world, tmp_path / "two", nproc=2)
+    worst = assert_close_records(one, two)
+    worst_w = assert_close_weights(tmp_path / "one", tmp_path / "two")
+    print(f"grpo on-policy: metrics rel diff {worst:.2e}, weights {worst_w:.2e}")
+    assert any(r["grad_norm"] > 0 for r in one if r["split"] == "train")
+    assert moved(world, tmp_path / "one") > 1e-4
+    only_rank_0_wrote(tmp_path / "one", tmp_path / "two")
+    one_more = tmp_path / "resumed_in_one"
+    assert resume_after_kill(cfg, world, tmp_path / "killed", also_in_one=one_more) == two
+    assert_same_weights(tmp_path / "two", tmp_path / "killed")
+    # The 2-rank state resumed by one process: the one-process run, up to the same rounding.
+    assert_close_records(one, without_time(read_metrics(one_more / "metrics.jsonl")))
+    assert_close_weights(tmp_path / "one", one_more)
+
+
+def test_grpo_clip_on_two_ranks_equals_one_process_with_and_without_fsdp(world, tmp_path):
+    """grpo_clip with batch_std advantages over two train batches per rollout batch (the second
+    optimizer step off-policy), 2 steps: on 2 ranks with the policy whole on each rank
+    (``sharding: none``) and sharded (``sharding: fsdp``, FSDP2, float32 on CPU: the gradients
+    reduce-scattered after every micro batch, another summation order again; the engine
+    sampling from gathered full weights), each within the tolerance of one process. The sharded
+    run killed after optimizer step 3 of 4 resumes from its gathered state to the uninterrupted
+    sharded run exactly.
+
+    AdamW divides each gradient element by its own running scale, so an element near zero whose
+    last bits differ can move its weight by a visible share of ``lr`` (1e-3 here): the sharded
+    run's weights are asserted within 1e-4 (a tenth of one step's largest move); measured
+    below 5e-6 on this machine."""
+    cfg = {**OFF_POLICY, "gradient_accumulation_steps": 4, "oom_backoff": False, "save_every": 1}
+    one = run("grpo", cfg, world, tmp_path / "one")
+    assert moved(world, tmp_path / "one") > 1e-4
+    for sharding in ("none", "fsdp"):
+        out = tmp_path / sharding
+        two = run("grpo", {**cfg, "sharding": sharding}, world, out, nproc=2)
+        worst = assert_close_records(one, two)
+        worst_w = assert_close_weights(tmp_path / "one", out, tol=1e-4)
+        print(f"grpo_clip sharding {sharding}: metrics rel diff {worst:.2e}, weights {worst_w:.2e}")
+        only_rank_0_wrote(tmp_path / "one", out)
+    fsdp = {**cfg, "sharding": "fsdp"}
+    assert resume_after_kill(fsdp, world, tmp_path / "killed") == two
+    assert_same_weights(tmp_path / "fsdp", tmp_path / "killed")
+
+
+SFT_3 = {
+    **SFT,
+    "batch_size": 8,
+    "gradient_accumulation_steps": 4,
+    "max_steps": 3,
+    "eval_every": 0,
+    "eval_at_start": False,
+    "eval_examples": 4,
+    "save_every": 0,
+}
+
+
+def test_sft_on_two_ranks_equals_one_process(world, tmp_path):
+    one = run("sft", SFT_3, world, tmp_path / "one")
+    two = run("sft", SFT_3, world, tmp_path / "two", nproc=2)
+    worst = assert_close_records(one, two)
+    worst_w = assert_close_weights(tmp_path / "one", tmp_path / "two")
+    print(f"sft: metrics rel diff {worst:.2e}, weights {worst_w:.2e}")
+    assert moved(world, tmp_path / "one") > 1e-4
+
+
+def test_dpo_on_two_ranks_equals_one_process(world, tmp_path):
+    pairs = tmp_path / "pairs.jsonl"
+    rows = [
+        {"prompt": f"What is {i} + {i}?", "chosen": f" {2 * i}", "rejected": f" {2 * i + 1}"}
+        for i in range(12)
+    ]
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = {
+        **COMMON,
+        "pairs": "jsonl",
+        "train_pairs": str(pairs),
+        "n_dpo_rounds": 1,
+        "val_pairs": 4,
+        "val_every": 1,
+        "batch_size": 4,
+        "gradient_accumulation_steps": 2,
+        "lr": 1e-3,
+        "beta": 0.5,
+        "eval_at_start": False,
+        "eval_examples": 4,
+        "eval_max_tokens": 16,
+        "save_every": 0,
+    }
+    one = run("dpo", cfg, world, tmp_path / "one")
+    two = run("dpo", cfg, world, tmp_path / "two", nproc=2)
+    worst = assert_close_records(one, two)
+    worst_w = assert_close_weights(tmp_path / "one", tmp_path / "two")
+    print(f"dpo: metrics rel diff {worst:.2e}, weights {worst_w:.2e}")
+    assert moved(world, tmp_path / "one") > 1e-4
+
+
+def test_a_world_size_that_does_not_divide_is_refused_before_any_work(world, tmp_path):
+    """3 groups over 2 ranks: refused by every rank at once, naming the setting, with nothing
+    written (the folder is not even created)."""
+    cfg = {**GRPO_2, "rollout_batch_size": 12, "train_batch_size": 12}
+    done = launch("grpo", cfg, world, tmp_path / "bad", nproc=2)
+    assert done.returncode != 0
+    assert "setting 'rollout_batch_size' (12) holds 3 groups" in done.stderr
+    assert not (tmp_path / "bad").exists()
