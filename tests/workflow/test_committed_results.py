@@ -77,3 +77,28 @@ def test_committed_robustness_table_is_what_rrl_robustness_writes(tmp_path):
     args = [a for name, path in bases.items() for a in ("--base", f"{name}={path}")]
     assert main_robustness([*args, "--out", str(out)]) == 0
     assert out.read_text() == (STUDIES / "robustness/robustness.tsv").read_text()
+
+
+def test_the_policy_gradient_family_is_committed_whole_with_three_seeds():
+    """results/pg_family holds every row of its sweep table and the default run, three seeds
+    each, and ablations.tsv judges each against grpo/default on both metrics."""
+    import csv
+
+    folder = STUDIES / "pg_family"
+    with (folder / "summary.tsv").open() as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    seeds: dict[str, set[str]] = {}
+    for row in rows:
+        if row["seed"] not in ("", "mean"):
+            seeds.setdefault(row["run"], set()).add(row["seed"])
+    table = ROOT / "workflow/config/sweeps/pg_family/grpo_variants.tsv"
+    variants = len(table.read_text().splitlines()) - 1
+    assert len(seeds) == variants + 1 and "grpo/default" in seeds
+    assert all(s == {"0", "1", "2"} for s in seeds.values()), seeds
+    for run in seeds:
+        assert all((folder / run / f"seed~{n}" / "metrics.jsonl").is_file() for n in range(3))
+    with (folder / "ablations.tsv").open() as f:
+        judged = [(r["metric"], r["run"]) for r in csv.DictReader(f, delimiter="\t")]
+    others = sorted(set(seeds) - {"grpo/default"})
+    for metric in ("eval_accuracy", "eval_format_reward"):
+        assert sorted(run for m, run in judged if m == metric) == others
