@@ -136,6 +136,8 @@ def plot_curves(
     for ax in axes[len(shown) :]:
         ax.set_visible(False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    if len(labels) > len(colors):  # more curves than the cycle has colors: no two alike
+        colors = [plt.get_cmap("tab20")(i % 20) for i in range(len(labels))]
     drawn = 0
     seed_counts = []
     for ax, metric in zip(axes, shown, strict=False):

@@ -125,12 +125,19 @@ def run_labels(runs: Sequence[str | Path], keys: Sequence[str]) -> list[str]:
     pairs = list(zip(configs, folders, strict=True))
     values = {k: [format_value(c[k]) if k in c else f.get(k, "-") for c, f in pairs] for k in keys}
     varied = [k for k in keys if len(runs) == 1 or len(set(values[k])) > 1]
+    names = [Path(r).name for r in runs]
+    # With the default run among them, each other run names only what it changes from it, and
+    # the default names its values only while they are few enough to read.
+    base = names.index("default") if "default" in names else None
     labels = []
-    for i, run in enumerate(runs):
-        parts = [f"{k}={values[k][i]}" for k in varied]
-        label = ", ".join(parts) if parts else Path(run).name
-        if Path(run).name == "default" and parts:
-            label += " (default)"
+    for i, name in enumerate(names):
+        shown = varied
+        if base is not None and i != base:
+            shown = [k for k in varied if values[k][i] != values[k][base]] or varied
+        parts = [f"{k}={values[k][i]}" for k in shown]
+        label = ", ".join(parts) if parts else name
+        if i == base and parts:
+            label = "default" if len(parts) > 3 else label + " (default)"
         labels.append(label)
     if len(set(labels)) < len(labels):
         labels = [f"{lab} [{n}]" for lab, n in zip(labels, short_names(runs), strict=True)]

@@ -437,3 +437,20 @@ def test_metrics_lines_are_strict_json_with_null_for_non_finite_values(tmp_path)
     (line,) = (tmp_path / "metrics.jsonl").read_text().splitlines()
     record = json.loads(line, parse_constant=refuse)
     assert record == {"step": 1, "split": "train", "loss": None, "grad_norm": None, "lr": 0.5}
+
+
+def test_beside_the_default_run_each_run_is_labelled_by_what_it_changes(tmp_path):
+    """A family whose table has many columns: each run names only the settings it changes from
+    the default run, and the default run, with more than three varied settings, is 'default'."""
+    keys = ["a", "b", "c", "d"]
+    base = {"a": 1, "b": 1, "c": 1, "d": 1}
+    runs = []
+    for name, changes in [("default", {}), ("a~2", {"a": 2}), ("b~2/c~2", {"b": 2, "c": 2}),
+                          ("d~2", {"d": 2})]:  # fmt: skip
+        folder = tmp_path / "grpo" / name
+        folder.mkdir(parents=True)
+        (folder / "config.yaml").write_text(yaml.safe_dump({**base, **changes}))
+        runs.append(folder)
+    assert report.run_labels(runs, keys) == ["default", "a=2", "b=2, c=2", "d=2"]
+    # with three varied settings or fewer the default still names its values
+    assert report.run_labels(runs[:3], keys) == ["a=1, b=1, c=1 (default)", "a=2", "b=2, c=2"]
