@@ -8,7 +8,7 @@ from project_root import ROOT
 from snakemake_runs import planned_jobs, resources, snakemake
 
 CONFIG_7B = str(ROOT / "workflow/config/gpu_math_7b.yaml")
-TRAINING = {"sft", "grpo"}
+TRAINING = {"grpo"}
 ONE_PROCESS = {"zero_shot", "sft_data"}
 
 
@@ -21,7 +21,7 @@ def test_the_7b_study_runs_each_training_job_under_torchrun_on_8_gpus(tmp_path):
     assert result.returncode == 0, result.stderr + result.stdout
     jobs = planned_jobs(result.stdout)
     training = [j for j in jobs if j["rule"] in TRAINING]
-    assert len(training) >= 20
+    assert len(training) >= 17  # the default run, two ablations, the family's 15 rows
     for job in training:
         assert resources(job)["gpu"] == "8", job
         assert shell(job).startswith("torchrun --standalone --nproc-per-node 8 --no-python rrl ")
@@ -30,19 +30,20 @@ def test_the_7b_study_runs_each_training_job_under_torchrun_on_8_gpus(tmp_path):
     assert all(shell(j).startswith("rrl eval ") for j in evaluation)
 
 
-def test_the_7b_methods_split_every_batch_into_micro_batches_of_4_per_gpu():
-    """The batch a step trains on is global: 8 ranks x accumulation steps x a micro batch of 4
+def test_the_7b_methods_split_the_train_batch_into_micro_batches_of_4_per_gpu():
+    """GRPO's train batch is global: 8 ranks x accumulation steps x a micro batch of 4
     sequences (the size tools/memory_estimate.py puts at about 48 GiB of an 80 GB card)."""
     cfg = yaml.safe_load(open(CONFIG_7B))
     methods = yaml.safe_load((ROOT / cfg["methods"]).read_text())
     ranks = cfg["gpus_per_run"] * cfg["nodes_per_run"]
     assert ranks == 8
-    for method, batch in (("sft", "batch_size"), ("grpo", "train_batch_size")):
-        settings = methods[method]
-        assert settings[batch] / (ranks * settings["gradient_accumulation_steps"]) == 4, method
-        assert settings["gradient_checkpointing"] is True, method
-    # groups are never split over ranks: each rank samples whole groups
     grpo = methods["grpo"]
+    assert grpo["train_batch_size"] / (ranks * grpo["gradient_accumulation_steps"]) == 4
+    assert grpo["gradient_checkpointing"] is True
+    # sharded, and sampled the same on any number of ranks (which torchrun requires)
+    assert grpo["sharding"] == "fsdp" and grpo["rollout_seeding"] == "group"
+    assert grpo["oom_backoff"] is False
+    # groups are never split over ranks: each rank samples whole groups
     assert (grpo["rollout_batch_size"] // grpo["group_size"]) % ranks == 0
 
 
@@ -72,3 +73,12 @@ def test_several_nodes_without_gpus_are_refused_naming_the_setting(tmp_path):
     )  # fmt: skip
     assert result.returncode != 0
     assert "nodes_per_run is 2" in result.stderr + result.stdout
+
+
+def test_expert_iteration_on_several_gpus_is_refused_when_planned(tmp_path):
+    result = snakemake(
+        "-n", "--configfile", str(ROOT / "workflow/config/gpu_math.yaml"),
+        "--config", "gpus_per_run=4", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "the family 'ei' (expert iteration) runs in one process" in result.stderr + result.stdout

@@ -121,7 +121,7 @@ if "supplement" in config:
             f"{S}/logs/train/sft.log",
         threads: THREADS
         resources:
-            **TRAIN_RESOURCES,
+            gpu=GPUS,
         params:
             settings=sup_sets(
                 {"train_data": SUP["sft_train_data"]},
@@ -130,8 +130,7 @@ if "supplement" in config:
             ),
             out=f"{S}/train/sft",
         shell:
-            f"{TRAIN_LAUNCH} instruction-sft --set model_path={{SUP[model_path]}} "
-            "{params.settings} "
+            "rrl instruction-sft --set model_path={SUP[model_path]} {params.settings} "
             "--out {params.out} > {log} 2>&1"
 
     rule supplement_dpo:
