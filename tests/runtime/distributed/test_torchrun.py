@@ -217,13 +217,19 @@ SFT_3 = {
 }
 
 
-def test_sft_on_two_ranks_equals_one_process(world, tmp_path):
-    one = run("sft", SFT_3, world, tmp_path / "one")
-    two = run("sft", SFT_3, world, tmp_path / "two", nproc=2)
+def assert_two_ranks_equal_one(command, cfg, world, tmp_path):
+    """The run on 2 ranks ends with the metrics and weights of the one-process run, which
+    trained (its weights moved)."""
+    one = run(command, cfg, world, tmp_path / "one")
+    two = run(command, cfg, world, tmp_path / "two", nproc=2)
     worst = assert_close_records(one, two)
     worst_w = assert_close_weights(tmp_path / "one", tmp_path / "two")
-    print(f"sft: metrics rel diff {worst:.2e}, weights {worst_w:.2e}")
+    print(f"{command}: metrics rel diff {worst:.2e}, weights {worst_w:.2e}")
     assert moved(world, tmp_path / "one") > 1e-4
+
+
+def test_sft_on_two_ranks_equals_one_process(world, tmp_path):
+    assert_two_ranks_equal_one("sft", SFT_3, world, tmp_path)
 
 
 def test_dpo_on_two_ranks_equals_one_process(world, tmp_path):
@@ -249,12 +255,7 @@ def test_dpo_on_two_ranks_equals_one_process(world, tmp_path):
         "eval_max_tokens": 16,
         "save_every": 0,
     }
-    one = run("dpo", cfg, world, tmp_path / "one")
-    two = run("dpo", cfg, world, tmp_path / "two", nproc=2)
-    worst = assert_close_records(one, two)
-    worst_w = assert_close_weights(tmp_path / "one", tmp_path / "two")
-    print(f"dpo: metrics rel diff {worst:.2e}, weights {worst_w:.2e}")
-    assert moved(world, tmp_path / "one") > 1e-4
+    assert_two_ranks_equal_one("dpo", cfg, world, tmp_path)
 
 
 def test_a_world_size_that_does_not_divide_is_refused_before_any_work(world, tmp_path):
