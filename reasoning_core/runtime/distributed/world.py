@@ -99,16 +99,25 @@ def init(device: str) -> bool:
     if backend == "nccl":
         torch.cuda.set_device(local_rank())
     dist.init_process_group(backend=backend, timeout=TIMEOUT)
+    _joined.append(True)
     return True
 
 
+# Whether :func:`init` made the process group. Only that group is ours to tear down: an
+# in-process vLLM engine makes its own one-process group, which later engines in the same
+# process still use.
+_joined: list[bool] = []
+
+
 def shutdown(*, wait: bool = True) -> None:
-    """Leave the process group (with ``wait``, after a last barrier, so no rank tears it down
-    while another still sums; without, at once: the run failed); a no-op in a plain run."""
-    if dist.is_available() and dist.is_initialized():
+    """Leave the process group :func:`init` joined (with ``wait``, after a last barrier, so no
+    rank tears it down while another still sums; without, at once: the run failed); a no-op in
+    a plain run, whatever group another library made."""
+    if _joined and dist.is_available() and dist.is_initialized():
         if wait and dist.get_world_size() > 1:
             dist.barrier()
         dist.destroy_process_group()
+    _joined.clear()
 
 
 def barrier() -> None:

@@ -99,3 +99,18 @@ def test_a_command_that_is_no_trainer_refuses_under_torchrun(monkeypatch, capsys
     monkeypatch.setenv("RANK", "0")
     assert cli.main(["summary", "--help"]) == 2
     assert "runs in one process only" in capsys.readouterr().err
+
+
+def test_a_plain_run_leaves_a_process_group_it_did_not_make(tmp_path):
+    """vLLM in-process makes its own one-process group; a trainer that ends in a plain run must
+    not tear it down (the next engine in the same process would find no group)."""
+    import torch.distributed as dist
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        assert not world.init("cpu")  # a plain run joins nothing
+        world.shutdown()
+        assert dist.is_initialized()
+    finally:
+        dist.destroy_process_group()
