@@ -114,7 +114,13 @@ def test_seeded_batch_over_one_step_token_budget(vllm_engine):
     params = SamplingParams(max_tokens=4, stop=[], seed=11)
     out = vllm_engine.generate(prompts, params)
     assert all(len(cs[0].token_ids) == 4 for cs in out)
-    assert vllm_engine.generate(prompts, params) == out
+    again = vllm_engine.generate(prompts, params)
+    # The same draws; a row's log-probs may differ in the last float bits with how the
+    # scheduler batched it (seen: 3.6e-7 on one token of 192)
+    assert [c.token_ids for cs in again for c in cs] == [c.token_ids for cs in out for c in cs]
+    rows = zip([c for cs in again for c in cs], [c for cs in out for c in cs], strict=True)
+    for got, want in rows:
+        assert got.logprobs == pytest.approx(want.logprobs, abs=1e-5)
 
 
 @pytest.mark.parametrize("keep", [True, False])
