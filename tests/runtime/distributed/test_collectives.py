@@ -148,3 +148,33 @@ def test_a_plain_run_leaves_a_process_group_it_did_not_make(tmp_path):
         assert dist.is_initialized()
     finally:
         dist.destroy_process_group()
+
+
+def test_ei_and_instruction_sft_refuse_a_bad_world_with_exit_2_naming_the_setting(
+    monkeypatch, capsys, tmp_path
+):
+    """The entry point checks the world a launcher asked for (WORLD_SIZE) before joining any
+    group or reading any data: exit 2, the setting named, nothing written."""
+    from tiny_model import save_tiny_model
+
+    from reasoning_core.runtime.trainers import ei, instruction_sft
+
+    model = str(save_tiny_model(tmp_path / "model"))
+    data = tmp_path / "pairs.jsonl"
+    data.write_text('{"prompt": "Say x.", "response": "x"}\n')
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    cases = [
+        (ei, {"task": "arithmetic", **EI_OK, "ei_batch_size": 5}, "ei_batch_size"),
+        (ei, {"task": "arithmetic", **EI_OK, "rollout_seeding": "batch"}, "rollout_seeding"),
+        (instruction_sft, {"train_data": str(data), "batch_size": 3,
+                           "gradient_accumulation_steps": 1}, "batch_size"),
+    ]  # fmt: skip
+    for module, settings, setting in cases:
+        out = tmp_path / f"out_{setting}"
+        argv = [
+            a for k, v in {**settings, "model_path": model}.items() for a in ("--set", f"{k}={v}")
+        ]
+        assert module.main([*argv, "--out", str(out)]) == 2
+        assert f"setting '{setting}'" in capsys.readouterr().err
+        assert not out.exists()

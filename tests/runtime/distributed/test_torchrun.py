@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from micro_world import COMMON, GRPO, SFT
+from micro_world import COMMON, EI, GRPO, SFT
 from project_root import ROOT
 from safetensors.torch import load_file
 
@@ -256,6 +256,60 @@ def test_dpo_on_two_ranks_equals_one_process(world, tmp_path):
         "save_every": 0,
     }
     assert_two_ranks_equal_one("dpo", cfg, world, tmp_path)
+
+
+# Expert iteration: 2 rounds of 8 questions in groups of 4, the kept (reward-1) responses
+# trained on in batches of 4 (2 micro batches: one per rank). The stand-in grader keeps about a
+# quarter, so the last batch of a round is often shorter (shared unevenly over the ranks).
+EI_2 = {
+    **EI,
+    "n_ei_steps": 2,
+    "ei_batch_size": 8,
+    "batch_size": 4,
+    "gradient_accumulation_steps": 2,
+    "rollout_seeding": "group",
+    "eval_every": 0,
+    "eval_at_start": False,
+    "eval_examples": 4,
+    "save_every": 0,
+}
+
+
+def test_ei_on_two_ranks_equals_one_process(world, tmp_path):
+    """Each rank samples and grades 4 of the 8 questions; both then hold the same kept set and
+    train on it, each on its share of every batch: one process's metrics and weights."""
+    assert_two_ranks_equal_one("ei", EI_2, world, tmp_path)
+    only_rank_0_wrote(tmp_path / "one", tmp_path / "two")
+    records = read_metrics(tmp_path / "one" / "metrics.jsonl")
+    assert sum(r.get("kept", 0) for r in records) > 0
+    assert any("grad_norm" in r for r in records)
+
+
+def test_instruction_sft_on_two_ranks_equals_one_process(world, tmp_path):
+    """Packed chunks of 16 tokens in batches of 4 (2 micro batches), 3 steps, the validation
+    loss at every step: each rank accumulates its 2 chunks over the batch's token count and
+    sums its share of the validation chunks."""
+    pairs = [(f"What is {i} + 3?", f"{i} + 3 = {i + 3}") for i in range(12)]
+    for name, part in (("train", pairs), ("val", pairs[:5])):
+        lines = [json.dumps({"prompt": p, "response": r}) + "\n" for p, r in part]
+        (tmp_path / f"{name}.jsonl").write_text("".join(lines))
+    cfg = {
+        "device": "cpu",
+        "train_data": str(tmp_path / "train.jsonl"),
+        "val_data": str(tmp_path / "val.jsonl"),
+        "val_every": 1,
+        "seq_length": 16,
+        "batch_size": 4,
+        "gradient_accumulation_steps": 2,
+        "max_steps": 3,
+        "lr": 1e-3,
+        "save_every": 0,
+        "progress": False,
+    }
+    assert_two_ranks_equal_one("instruction-sft", cfg, world, tmp_path)
+    only_rank_0_wrote(tmp_path / "one", tmp_path / "two")
+    records = read_metrics(tmp_path / "one" / "metrics.jsonl")
+    assert sum("val/loss" in r for r in records) >= 4  # step 0 and each of the 3 steps
 
 
 def test_a_world_size_that_does_not_divide_is_refused_before_any_work(world, tmp_path):
