@@ -13,9 +13,11 @@ width). In float32 that moves a gradient by a few units in the last place and th
 by as little. Measured on this machine (largest relative difference of a logged number of
 magnitude 1e-3 or more; largest absolute difference of a final weight): GRPO on-policy
 2.3e-7 and 8.3e-7; grpo_clip 6.6e-8 and 7.3e-7, with FSDP2 2.7e-6 and 7.1e-7; SFT 7.3e-8 and
-1.3e-7; DPO bitwise equal. The tolerances are 40x to 1000x that, far below what a wrong
-normalizer (a factor of 2 in the loss, TRL #3021) or a rank's rollouts counted twice would
-move (the loss and gradient norm by tens of percent). A sampled token could still flip where
+1.3e-7; DPO, expert iteration and instruction SFT bitwise equal (in these settings each rank's
+micro batch is one of one process's, and the ranks' sum is the one addition one process makes).
+The tolerances are 40x to 1000x that, far below what a wrong normalizer (a factor of 2 in the
+loss, TRL #3021) or a rank's rollouts counted twice would move (the loss and gradient norm by
+tens of percent). A sampled token could still flip where
 the weights differ in the last place; with per-group seeding a group is sampled in its own
 engine call on either side, so its draws never depend on the split (no padding from other
 prompts), and none flipped here: the rewards, response lengths and every metric agree.
