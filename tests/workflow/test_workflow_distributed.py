@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import yaml
 from project_root import ROOT
-from snakemake_runs import planned_jobs, resources, snakemake
+from snakemake_runs import DEFAULT_CONFIG, planned_jobs, resources, snakemake
 
 CONFIG_7B = str(ROOT / "workflow/config/gpu_math_7b.yaml")
 TRAINING = {"grpo"}
@@ -75,10 +75,33 @@ def test_several_nodes_without_gpus_are_refused_naming_the_setting(tmp_path):
     assert "nodes_per_run is 2" in result.stderr + result.stdout
 
 
-def test_expert_iteration_on_several_gpus_is_refused_when_planned(tmp_path):
+def test_expert_iteration_trains_under_torchrun_on_several_gpus(tmp_path):
     result = snakemake(
-        "-n", "--configfile", str(ROOT / "workflow/config/gpu_math.yaml"),
+        "-n", "-p", "--configfile", str(ROOT / "workflow/config/gpu_math.yaml"),
         "--config", "gpus_per_run=4", cwd=tmp_path,
     )  # fmt: skip
-    assert result.returncode != 0
-    assert "the family 'ei' (expert iteration) runs in one process" in result.stderr + result.stdout
+    assert result.returncode == 0, result.stderr + result.stdout
+    jobs = planned_jobs(result.stdout)
+    ei = [j for j in jobs if j["rule"] == "ei"]
+    assert len(ei) >= 2  # the default run and the family's rows
+    for job in ei:
+        assert resources(job)["gpu"] == "4", job
+        assert shell(job).startswith("torchrun --standalone --nproc-per-node 4 --no-python rrl ei ")
+
+
+def test_the_supplements_instruction_sft_trains_under_torchrun_on_several_gpus(tmp_path):
+    smoke = str(ROOT / "workflow/config/supplement_smoke.yaml")
+    result = snakemake(
+        "supplement", "-n", "-p", "--configfile", DEFAULT_CONFIG, smoke,
+        "--config", "gpus_per_run=2", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr + result.stdout
+    jobs = planned_jobs(result.stdout)
+    (job,) = [j for j in jobs if j["rule"] == "supplement_instruction_sft"]
+    assert resources(job)["gpu"] == "2", job
+    assert shell(job).startswith(
+        "torchrun --standalone --nproc-per-node 2 --no-python rrl instruction-sft "
+    )
+    # its evaluations stay one process on one GPU
+    evals = [j for j in jobs if j["rule"] == "supplement_eval"]
+    assert evals and all(shell(j).startswith("rrl eval ") for j in evals)

@@ -91,13 +91,6 @@ if NODES > 1 and GPUS < 1:
     raise ValueError(
         f"nodes_per_run is {NODES}: a run spread over several nodes needs gpus_per_run >= 1"
     )
-# Expert iteration trains in one process (its SFT steps between sampling rounds are not split
-# over ranks); a study that gives training jobs several GPUs plans it in no family.
-if GPUS * NODES > 1 and "ei" in config["families"]:
-    raise ValueError(
-        f"gpus_per_run is {GPUS} and nodes_per_run {NODES}: the family 'ei' (expert iteration) "
-        "runs in one process; drop it from families or set gpus_per_run: 1"
-    )
 TRAIN_LAUNCH = training_launcher(GPUS, NODES)
 TRAIN_RESOURCES = training_resources(GPUS, NODES)
 # Evaluation, sampling and the plots run in one process: one GPU where the study has GPUs.

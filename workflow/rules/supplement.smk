@@ -121,7 +121,7 @@ if "supplement" in config:
             f"{S}/logs/train/sft.log",
         threads: THREADS
         resources:
-            gpu=GPUS,
+            **TRAIN_RESOURCES,
         params:
             settings=sup_sets(
                 {"train_data": SUP["sft_train_data"]},
@@ -130,8 +130,8 @@ if "supplement" in config:
             ),
             out=f"{S}/train/sft",
         shell:
-            "rrl instruction-sft --set model_path={SUP[model_path]} {params.settings} "
-            "--out {params.out} > {log} 2>&1"
+            f"{TRAIN_LAUNCH} instruction-sft --set model_path={{SUP[model_path]}} "
+            "{params.settings} --out {params.out} > {log} 2>&1"
 
     rule supplement_dpo:
         input:

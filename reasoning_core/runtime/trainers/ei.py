@@ -18,6 +18,14 @@ tokens checked against the policy's (``rollout/logprob_diff_mean`` and the other
 from one no-gradient forward over the rollouts. Per optimizer step: ``loss``, ``grad_norm``,
 ``entropy`` (of the kept responses being trained on), ``response_length``, ``lr``.
 
+Under ``torchrun`` (``rollout_seeding: group``) each rank samples and grades its contiguous
+share of a round's questions, whole groups, and the shares are gathered, so every rank holds
+the whole graded batch and keeps the same correct responses; the scoring forward is split the
+same way and summed; each SFT step splits its batch over the ranks with the whole batch's
+divisor (``rrl sft``'s own :func:`sft_update`). Every logged number is the global one, written
+by rank 0: the run makes the same updates as one process with the same settings, up to float
+rounding (docs/gpu.md, "Several GPUs").
+
 Run: ``rrl ei --config workflow/config/methods/tiny.yaml --set model_path=... --out DIR``.
 """
 
@@ -55,7 +63,9 @@ from reasoning_core.runtime.training.settings import (
     RolloutConfig,
     check_at_least_one,
     check_divisible,
+    check_group_seeding,
     check_sampling,
+    check_world_batches,
 )
 from reasoning_core.runtime.training.updates import score_rollouts, sft_update
 
@@ -106,6 +116,21 @@ class EIConfig(RolloutConfig):
         if self.normalize_constant <= 0:
             raise ConfigError("setting 'normalize_constant' must be > 0")
         super().validate()
+
+    def check_world(self, world: int) -> None:
+        """Under ``torchrun`` on ``world`` processes: group seeding, whole groups per rank (the
+        round's questions a multiple of the world size), and each SFT batch and its micro
+        batches split evenly, as ``rrl sft`` splits them (a round's last, shorter batch of kept
+        responses is shared as evenly as it goes)."""
+        check_group_seeding(self, world)
+        if self.ei_batch_size % world:
+            raise ConfigError(
+                f"setting 'ei_batch_size' ({self.ei_batch_size}) must be a multiple of the world "
+                f"size ({world} processes under torchrun): each rank samples and grades an equal "
+                f"share of the round's questions, whole groups; change it or launch "
+                f"--nproc_per_node x --nnodes that divides it"
+            )
+        check_world_batches(self, world, "batch_size", "gradient_accumulation_steps")
 
     @property
     def micro_batch_size(self) -> int:

@@ -23,6 +23,12 @@ metrics and weights; the chunk order is a function of the seed and the epoch), t
 ``max_wall_seconds`` budget, ``checkpoint/`` (``save_pretrained`` of the model and the
 tokenizer) and, last, ``done.json``.
 
+Under ``torchrun`` each rank accumulates its contiguous share of every batch's chunks, each
+micro batch divided by the whole batch's token count; the gradients are summed over the ranks
+before clipping, the logged loss and the validation loss (each rank a share of the validation
+chunks) are the global ones, and rank 0 writes the run folder: the same updates as one process
+with the same settings, up to float rounding (docs/gpu.md, "Several GPUs").
+
 Run: ``rrl instruction-sft --set model_path=M --set train_data=sft.jsonl --out DIR``.
 """
 
@@ -41,6 +47,8 @@ import torch
 from envs import DataError
 from envs.packed_data import PackedSFTDataset
 from reasoning_core import log_probs_from_logits
+from reasoning_core.runtime.distributed.collectives import share, sum_gradients, sum_values
+from reasoning_core.runtime.distributed.world import world_size
 from reasoning_core.runtime.errors import ConfigError
 from reasoning_core.runtime.run.folder import RunContext
 from reasoning_core.runtime.run.rng import Stream, step_rng
@@ -58,6 +66,7 @@ from reasoning_core.runtime.training.settings import (
     CommonConfig,
     check_at_least_one,
     check_divisible,
+    check_world_batches,
 )
 
 METHOD = "instruction-sft"
@@ -125,6 +134,12 @@ class InstructionSFTConfig(CommonConfig):
                 raise ConfigError(f"setting {name!r}: file {path!r} does not exist")
         super().validate()
 
+    def check_world(self, world: int) -> None:
+        """Under ``torchrun``: each rank trains on an equal share of every batch of chunks (an
+        epoch's last, shorter batch is shared as evenly as it goes) in an equal share of its
+        micro batches."""
+        check_world_batches(self, world, "batch_size", "gradient_accumulation_steps")
+
     @property
     def micro_batch_size(self) -> int:
         return self.batch_size // self.gradient_accumulation_steps
@@ -172,12 +187,18 @@ def chunk_nll(model, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Ten
 
 def packed_update(t, data: PackedSFTDataset, rows: list[int], micro: MicroBatchSize) -> dict:
     """One optimizer step on the mean token NLL of the chunks ``rows``: zero, accumulate,
-    clip, step and schedule, with the out-of-memory back-off retrying the accumulation."""
+    clip, step and schedule, with the out-of-memory back-off retrying the accumulation.
+
+    Under ``torchrun`` this rank accumulates its share of ``rows`` over the token count of all
+    of them, and the gradients and the loss are summed over the ranks."""
     tokens = len(rows) * data.seq_length
     lr = t.optimizer.param_groups[0]["lr"]
     zero = partial(t.optimizer.zero_grad, set_to_none=True)
     zero()
-    loss = micro.call(accumulate_packed, t.model, data, rows, tokens, reset=zero)
+    loss = micro.call(accumulate_packed, t.model, data, list(share(rows)), tokens, reset=zero)
+    sum_gradients(t.model)  # a no-op in one process
+    if world_size() > 1:
+        loss = sum_values({"loss": loss})["loss"]
     grad_norm = torch.nn.utils.clip_grad_norm_(t.model.parameters(), t.cfg.max_grad_norm)
     t.optimizer.step()
     t.scheduler.step()
@@ -200,14 +221,18 @@ def accumulate_packed(size: int, model, data: PackedSFTDataset, rows: list[int],
 
 @torch.no_grad()
 def validation_loss(model, data: PackedSFTDataset, count: int, micro_batch_size: int) -> float:
-    """Mean token NLL over the first ``count`` chunks of ``data`` (eval mode, no gradient)."""
+    """Mean token NLL over the first ``count`` chunks of ``data`` (eval mode, no gradient).
+    Under ``torchrun`` each rank sums its contiguous share of the chunks; the sums are added."""
     was_training = model.training
     model.eval()
     total = 0.0
-    for start in range(0, count, micro_batch_size):
-        stop = min(count, start + micro_batch_size)
+    mine = share(range(count))
+    for start in range(mine.start, mine.stop, micro_batch_size):
+        stop = min(mine.stop, start + micro_batch_size)
         total += float(chunk_nll(model, data.input_ids[start:stop], data.labels[start:stop]))
     model.train(was_training)
+    if world_size() > 1:
+        total = sum_values({"total": total})["total"]
     return total / (count * data.seq_length)
 
 

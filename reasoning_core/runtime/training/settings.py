@@ -143,7 +143,8 @@ class CommonConfig:
         command silently runs ``world`` copies of itself."""
         raise ConfigError(
             f"this command runs in one process only, but torchrun started {world} (WORLD_SIZE="
-            f"{world}); launch it without torchrun (rrl grpo, sft and dpo run under torchrun)"
+            f"{world}); launch it without torchrun (rrl sft, ei, grpo, dpo and instruction-sft "
+            "run under torchrun)"
         )
 
     @property

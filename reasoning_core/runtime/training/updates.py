@@ -399,15 +399,23 @@ def score_rollouts(
     """One no-gradient forward (eval mode) over a tokenized batch of rollouts: the log-probs
     (rows, seq) float32 on the CPU of every response token under ``model``, for the check
     against the engine's, and with ``with_entropy`` the responses' mean token entropy (None
-    without)."""
+    without).
+
+    Under ``torchrun`` each rank scores its contiguous share of the rows; the log-probs and the
+    entropy sums are summed over the ranks, so every rank holds the whole batch's."""
     was_training = model.training
     model.eval()
+    rows = list(share(range(tokens.rows)))
     try:
         log_probs, total, count = micro_batch_size.call(
-            score_responses, model, tokens, device, False, with_entropy
+            score_responses, model, tokens, device, False, with_entropy, rows
         )
     finally:
         model.train(was_training)
+    if world_size() > 1:
+        log_probs = sum_tensor(log_probs)
+        sums = sum_values({"total": total, "count": count})
+        total, count = sums["total"], int(sums["count"])
     return log_probs, total / max(1, count) if with_entropy else None
 
 

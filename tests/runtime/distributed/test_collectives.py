@@ -15,7 +15,9 @@ from reasoning_core.runtime.errors import ConfigError
 from reasoning_core.runtime.trainers.dpo import DPOConfig
 from reasoning_core.runtime.trainers.ei import EIConfig
 from reasoning_core.runtime.trainers.grpo import GRPOConfig
+from reasoning_core.runtime.trainers.instruction_sft import InstructionSFTConfig
 from reasoning_core.runtime.trainers.sft import SFTConfig
+from reasoning_core.runtime.training.settings import CommonConfig
 
 
 def test_one_process_is_rank_0_of_1_and_every_helper_is_the_identity():
@@ -79,9 +81,41 @@ def test_sft_and_dpo_refuse_batches_that_do_not_split():
         DPOConfig(sample_only=True).check_world(2)
 
 
-def test_a_command_that_cannot_split_refuses_any_launch_of_several():
+EI_OK = dict(
+    ei_batch_size=8,
+    group_size=4,
+    batch_size=8,
+    gradient_accumulation_steps=2,
+    rollout_seeding="group",
+)
+
+
+@pytest.mark.parametrize(
+    ("change", "setting"),
+    [
+        ({"rollout_seeding": "batch"}, "rollout_seeding"),
+        ({"ei_batch_size": 5}, "ei_batch_size"),
+        ({"batch_size": 9, "gradient_accumulation_steps": 3}, "batch_size"),
+        ({"batch_size": 6, "gradient_accumulation_steps": 3}, "gradient_accumulation_steps"),
+    ],
+)
+def test_ei_refuses_a_world_it_cannot_split_naming_the_setting(change, setting):
+    EIConfig(**EI_OK).check_world(2)  # the settings above split over 2
+    with pytest.raises(ConfigError, match=f"setting '{setting}'"):
+        EIConfig(**{**EI_OK, **change}).check_world(2)
+
+
+def test_instruction_sft_refuses_batches_that_do_not_split():
+    InstructionSFTConfig(batch_size=8, gradient_accumulation_steps=2).check_world(2)
+    with pytest.raises(ConfigError, match="setting 'batch_size'"):
+        InstructionSFTConfig(batch_size=9, gradient_accumulation_steps=3).check_world(2)
+    with pytest.raises(ConfigError, match="setting 'gradient_accumulation_steps'"):
+        InstructionSFTConfig(batch_size=6, gradient_accumulation_steps=3).check_world(2)
+
+
+def test_settings_of_no_trainer_refuse_any_launch_of_several():
     with pytest.raises(ConfigError, match="runs in one process only"):
-        EIConfig().check_world(2)
+        CommonConfig().check_world(2)
 
 
 def test_fsdp_needs_torchrun_and_no_out_of_memory_back_off():
@@ -114,3 +148,33 @@ def test_a_plain_run_leaves_a_process_group_it_did_not_make(tmp_path):
         assert dist.is_initialized()
     finally:
         dist.destroy_process_group()
+
+
+def test_ei_and_instruction_sft_refuse_a_bad_world_with_exit_2_naming_the_setting(
+    monkeypatch, capsys, tmp_path
+):
+    """The entry point checks the world a launcher asked for (WORLD_SIZE) before joining any
+    group or reading any data: exit 2, the setting named, nothing written."""
+    from tiny_model import save_tiny_model
+
+    from reasoning_core.runtime.trainers import ei, instruction_sft
+
+    model = str(save_tiny_model(tmp_path / "model"))
+    data = tmp_path / "pairs.jsonl"
+    data.write_text('{"prompt": "Say x.", "response": "x"}\n')
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    cases = [
+        (ei, {"task": "arithmetic", **EI_OK, "ei_batch_size": 5}, "ei_batch_size"),
+        (ei, {"task": "arithmetic", **EI_OK, "rollout_seeding": "batch"}, "rollout_seeding"),
+        (instruction_sft, {"train_data": str(data), "batch_size": 3,
+                           "gradient_accumulation_steps": 1}, "batch_size"),
+    ]  # fmt: skip
+    for module, settings, setting in cases:
+        out = tmp_path / f"out_{setting}"
+        argv = [
+            a for k, v in {**settings, "model_path": model}.items() for a in ("--set", f"{k}={v}")
+        ]
+        assert module.main([*argv, "--out", str(out)]) == 2
+        assert f"setting '{setting}'" in capsys.readouterr().err
+        assert not out.exists()

@@ -13,9 +13,11 @@ width). In float32 that moves a gradient by a few units in the last place and th
 by as little. Measured on this machine (largest relative difference of a logged number of
 magnitude 1e-3 or more; largest absolute difference of a final weight): GRPO on-policy
 2.3e-7 and 8.3e-7; grpo_clip 6.6e-8 and 7.3e-7, with FSDP2 2.7e-6 and 7.1e-7; SFT 7.3e-8 and
-1.3e-7; DPO bitwise equal. The tolerances are 40x to 1000x that, far below what a wrong
-normalizer (a factor of 2 in the loss, TRL #3021) or a rank's rollouts counted twice would
-move (the loss and gradient norm by tens of percent). A sampled token could still flip where
+1.3e-7; DPO, expert iteration and instruction SFT bitwise equal (in these settings each rank's
+micro batch is one of one process's, and the ranks' sum is the one addition one process makes).
+The tolerances are 40x to 1000x that, far below what a wrong normalizer (a factor of 2 in the
+loss, TRL #3021) or a rank's rollouts counted twice would move (the loss and gradient norm by
+tens of percent). A sampled token could still flip where
 the weights differ in the last place; with per-group seeding a group is sampled in its own
 engine call on either side, so its draws never depend on the split (no padding from other
 prompts), and none flipped here: the rewards, response lengths and every metric agree.
@@ -33,7 +35,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from micro_world import COMMON, GRPO, SFT
+from micro_world import COMMON, EI, GRPO, SFT
 from project_root import ROOT
 from safetensors.torch import load_file
 
@@ -256,6 +258,60 @@ def test_dpo_on_two_ranks_equals_one_process(world, tmp_path):
         "save_every": 0,
     }
     assert_two_ranks_equal_one("dpo", cfg, world, tmp_path)
+
+
+# Expert iteration: 2 rounds of 8 questions in groups of 4, the kept (reward-1) responses
+# trained on in batches of 4 (2 micro batches: one per rank). The stand-in grader keeps about a
+# quarter, so the last batch of a round is often shorter (shared unevenly over the ranks).
+EI_2 = {
+    **EI,
+    "n_ei_steps": 2,
+    "ei_batch_size": 8,
+    "batch_size": 4,
+    "gradient_accumulation_steps": 2,
+    "rollout_seeding": "group",
+    "eval_every": 0,
+    "eval_at_start": False,
+    "eval_examples": 4,
+    "save_every": 0,
+}
+
+
+def test_ei_on_two_ranks_equals_one_process(world, tmp_path):
+    """Each rank samples and grades 4 of the 8 questions; both then hold the same kept set and
+    train on it, each on its share of every batch: one process's metrics and weights."""
+    assert_two_ranks_equal_one("ei", EI_2, world, tmp_path)
+    only_rank_0_wrote(tmp_path / "one", tmp_path / "two")
+    records = read_metrics(tmp_path / "one" / "metrics.jsonl")
+    assert sum(r.get("kept", 0) for r in records) > 0
+    assert any("grad_norm" in r for r in records)
+
+
+def test_instruction_sft_on_two_ranks_equals_one_process(world, tmp_path):
+    """Packed chunks of 16 tokens in batches of 4 (2 micro batches), 3 steps, the validation
+    loss at every step: each rank accumulates its 2 chunks over the batch's token count and
+    sums its share of the validation chunks."""
+    pairs = [(f"What is {i} + 3?", f"{i} + 3 = {i + 3}") for i in range(12)]
+    for name, part in (("train", pairs), ("val", pairs[:5])):
+        lines = [json.dumps({"prompt": p, "response": r}) + "\n" for p, r in part]
+        (tmp_path / f"{name}.jsonl").write_text("".join(lines))
+    cfg = {
+        "device": "cpu",
+        "train_data": str(tmp_path / "train.jsonl"),
+        "val_data": str(tmp_path / "val.jsonl"),
+        "val_every": 1,
+        "seq_length": 16,
+        "batch_size": 4,
+        "gradient_accumulation_steps": 2,
+        "max_steps": 3,
+        "lr": 1e-3,
+        "save_every": 0,
+        "progress": False,
+    }
+    assert_two_ranks_equal_one("instruction-sft", cfg, world, tmp_path)
+    only_rank_0_wrote(tmp_path / "one", tmp_path / "two")
+    records = read_metrics(tmp_path / "one" / "metrics.jsonl")
+    assert sum("val/loss" in r for r in records) >= 4  # step 0 and each of the 3 steps
 
 
 def test_a_world_size_that_does_not_divide_is_refused_before_any_work(world, tmp_path):
