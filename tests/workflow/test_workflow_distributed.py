@@ -75,9 +75,24 @@ def test_several_nodes_without_gpus_are_refused_naming_the_setting(tmp_path):
     assert "nodes_per_run is 2" in result.stderr + result.stdout
 
 
-def test_expert_iteration_trains_under_torchrun_on_several_gpus(tmp_path):
+def test_runs_that_sample_under_torchrun_without_group_seeding_are_refused_when_planned(tmp_path):
     result = snakemake(
-        "-n", "-p", "--configfile", str(ROOT / "workflow/config/gpu_math.yaml"),
+        "-n", "--configfile", str(ROOT / "workflow/config/gpu_math.yaml"),
+        "--config", "gpus_per_run=4", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode != 0
+    text = result.stderr + result.stdout
+    assert "needs rollout_seeding: group (it has 'batch')" in text
+    assert "run ei/default" in text or "run grpo/" in text, text[-2000:]
+    assert "workflow/config/methods/gpu_math.yaml" in text
+
+
+def test_expert_iteration_trains_under_torchrun_on_several_gpus(tmp_path):
+    group = {"rollout_seeding": "group"}
+    seeding = tmp_path / "group_seeding.yaml"
+    seeding.write_text(yaml.safe_dump({"settings": {m: group for m in ("ei", "grpo", "dpo")}}))
+    result = snakemake(
+        "-n", "-p", "--configfile", str(ROOT / "workflow/config/gpu_math.yaml"), str(seeding),
         "--config", "gpus_per_run=4", cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr + result.stdout
@@ -93,7 +108,7 @@ def test_the_supplements_instruction_sft_trains_under_torchrun_on_several_gpus(t
     smoke = str(ROOT / "workflow/config/supplement_smoke.yaml")
     result = snakemake(
         "supplement", "-n", "-p", "--configfile", DEFAULT_CONFIG, smoke,
-        "--config", "gpus_per_run=2", cwd=tmp_path,
+        "--config", "gpus_per_run=2", "families=[]", cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr + result.stdout
     jobs = planned_jobs(result.stdout)

@@ -97,6 +97,52 @@ ALL_RUNS = _unique(
     + ([f"{R}/sft/{LEADERBOARD_SFT_RUN}"] if DPO_STARTS_FROM_SFT else [])
 )
 
+
+def _needs_group_seeding(method, settings):
+    """Whether a run with these resolved settings samples inside its training job, where
+    torchrun's ranks must draw what one process draws (docs/gpu.md, `rollout_seeding`): GRPO
+    and EI always; DPO on verified pairs from its second round on (the first round's pairs
+    come from one process, rule dpo_pairs)."""
+    if method in ("grpo", "ei"):
+        return True
+    if method == "dpo":
+        rounds = int(settings.get("n_dpo_rounds", 1))
+        return settings.get("pairs", "verified") == "verified" and rounds > 1
+    return False
+
+
+def _check_group_seeding():
+    """Under torchrun (gpus_per_run x nodes_per_run above 1) every run that samples in its
+    training job needs `rollout_seeding: group`; refuse the plan naming the first run and where
+    its setting comes from, rather than plan jobs that each stop at start."""
+    if GPUS * NODES <= 1:
+        return
+    for run in ALL_RUNS:
+        name = run.removeprefix(f"{R}/")
+        if name == "leaderboard":
+            method, settings = "grpo", {
+                **METHOD_SETTINGS["grpo"],
+                **config["leaderboard"]["settings"],
+            }
+            where = "the methods file's grpo section or 'leaderboard.settings'"
+        elif "/" in name and name.split("/", 1)[0] in ("grpo", "ei", "dpo"):
+            method, variant = name.split("/", 1)
+            settings = {**METHOD_SETTINGS[method], **parse_variant(variant)}
+            where = f"the methods file's {method} section or 'settings.{method}'"
+        else:
+            continue
+        seeding = settings.get("rollout_seeding", "batch")
+        if _needs_group_seeding(method, settings) and seeding != "group":
+            raise ValueError(
+                f"run {name}: gpus_per_run is {GPUS} and nodes_per_run {NODES}, so it trains "
+                f"under torchrun, which needs rollout_seeding: group (it has {seeding!r}); set "
+                f"it in {where} ({METHODS_FILE})"
+            )
+
+
+_check_group_seeding()
+
+
 # Run folders built once (no seed folders); every other run is run once per seed.
 SINGLE_RUNS = {f"{R}/base"}
 
