@@ -117,3 +117,18 @@ def expected_lrs(cfg: dict, total_steps: int) -> list[float]:
     """The learning rate of each of ``total_steps`` optimizer steps under ``cfg``'s schedule."""
     kw = {"total_steps": total_steps, "warmup_steps": cfg["warmup_steps"], "min_ratio": 0.0}
     return [cfg["lr"] * lr_factor(s, kind=cfg["lr_scheduler"], **kw) for s in range(total_steps)]
+
+
+def write_addition_pairs(path: Path, count: int, lead: str = "") -> Path:
+    """A JSONL file of ``count`` preference pairs "What is i + i?": chosen the right sum,
+    rejected one more, each after ``lead`` (a leading space or nothing)."""
+    rows = [
+        {
+            "prompt": f"What is {i} + {i}?",
+            "chosen": f"{lead}{2 * i}",
+            "rejected": f"{lead}{2 * i + 1}",
+        }
+        for i in range(count)
+    ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from micro_world import COMMON, EI, GRPO, SFT
+from micro_world import COMMON, EI, GRPO, SFT, write_addition_pairs
 from project_root import ROOT
 from safetensors.torch import load_file
 
@@ -235,12 +235,7 @@ def test_sft_on_two_ranks_equals_one_process(world, tmp_path):
 
 
 def test_dpo_on_two_ranks_equals_one_process(world, tmp_path):
-    pairs = tmp_path / "pairs.jsonl"
-    rows = [
-        {"prompt": f"What is {i} + {i}?", "chosen": f" {2 * i}", "rejected": f" {2 * i + 1}"}
-        for i in range(12)
-    ]
-    pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pairs = write_addition_pairs(tmp_path / "pairs.jsonl", 12, lead=" ")
     cfg = {
         **COMMON,
         "pairs": "jsonl",

@@ -16,7 +16,7 @@ import sys
 import pytest
 import scripted_rollouts
 import torch
-from micro_world import COMMON, run_trainer, sets
+from micro_world import COMMON, run_trainer, sets, write_addition_pairs
 from project_root import ROOT
 
 from reasoning_core.runtime.errors import ConfigError
@@ -112,12 +112,7 @@ def test_best_checkpoint_is_the_policy_with_the_best_validation_accuracy(
 
 
 def test_jsonl_pairs_with_the_alpaca_template_and_eos(world, tmp_path):
-    path = tmp_path / "pairs.jsonl"
-    rows = [
-        {"prompt": f"What is {i} + {i}?", "chosen": f"{2 * i}", "rejected": f"{2 * i + 1}"}
-        for i in range(10)
-    ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path = write_addition_pairs(tmp_path / "pairs.jsonl", 10)
     cfg = {**DPO, "pairs": "jsonl", "train_pairs": str(path), "n_dpo_rounds": 1}
     cfg.update(pair_template="alpaca", append_eos=True, val_pairs=2, epochs=2, eval_at_start=False)
     records = run_trainer(dpo, cfg, world, tmp_path / "run")
