@@ -29,6 +29,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
+from reasoning_core.runtime.distributed.collectives import max_value
 from reasoning_core.runtime.errors import ConfigError
 
 
@@ -65,6 +66,16 @@ def shard_policy(model: torch.nn.Module) -> torch.nn.Module:
             module.set_gradient_divide_factor(1.0)  # sum: each rank's loss is its share
             module.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no other)
     return model
+
+
+def lockstep_passes(model: torch.nn.Module, passes: int) -> int:
+    """The forward-backward passes this rank runs in an accumulation: its own ``passes``, or,
+    for a sharded ``model``, the most that any rank runs (every sharded forward and backward
+    waits for every rank, and a batch's share can be one micro batch shorter on some ranks);
+    the rank runs the ones it lacks as passes of zero loss (a collective: every rank calls it)."""
+    if not is_sharded(model):
+        return passes
+    return int(max_value(float(passes)))
 
 
 FULL = StateDictOptions(full_state_dict=True)
@@ -107,10 +118,15 @@ class FullWeightsEngine:
         self.engine = engine
         self.full_model = full_model
 
-    def sync_weights(self, model: torch.nn.Module) -> None:
+    def gather(self, model: torch.nn.Module) -> torch.nn.Module:
+        """``full_model`` holding the shards of ``model`` gathered whole (a collective), the
+        engine left as it is (it may keep older weights between syncs)."""
         with torch.no_grad():
             self.full_model.load_state_dict(full_weights(model))
-        self.engine.sync_weights(self.full_model)
+        return self.full_model
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        self.engine.sync_weights(self.gather(model))
 
     def generate(self, prompts: list[str], params: Any) -> Any:
         return self.engine.generate(prompts, params)

@@ -44,6 +44,7 @@ from reasoning_core.runtime.distributed.collectives import (
     sum_gradients,
     sum_values,
 )
+from reasoning_core.runtime.distributed.sharding import lockstep_passes, shard_policy
 from reasoning_core.runtime.distributed.world import barrier, is_main
 from reasoning_core.runtime.errors import ConfigError
 from reasoning_core.runtime.run.checkpoint import save_checkpoint
@@ -63,13 +64,14 @@ from reasoning_core.runtime.trainers.lifecycle import (
     run_main,
     setup_training,
     start_run,
+    whole_policy,
 )
 from reasoning_core.runtime.training.batching import MicroBatchSize
 from reasoning_core.runtime.training.pair_logprobs import pair_batches, tokens_log_probs
 from reasoning_core.runtime.training.policy import load_policy, make_optimizer
 from reasoning_core.runtime.training.rollouts import Rollouts, load_questions
 from reasoning_core.runtime.training.settings import (
-    CommonConfig,
+    ShardingConfig,
     check_at_least_one,
     check_divisible,
     check_group_seeding,
@@ -77,10 +79,11 @@ from reasoning_core.runtime.training.settings import (
     check_sampling,
     check_world_batches,
 )
+from reasoning_core.runtime.training.updates import norm_value
 
 
 @dataclass
-class DPOConfig(CommonConfig):
+class DPOConfig(ShardingConfig):
     """DPO settings: where the pairs come from, the loss, the batches and the validation."""
 
     pairs: Literal["verified", "jsonl", "hh"] = "verified"
@@ -157,7 +160,7 @@ class DPOConfig(CommonConfig):
         """Under ``torchrun``: each rank trains on an equal share of every batch in an equal
         share of its micro batches; verified pairs need group seeding (each rank samples its
         share of the questions); sample_only (a sampling run, no training) runs in one
-        process."""
+        process; with sharding: fsdp, no out-of-memory back-off."""
         if self.sample_only:
             raise ConfigError(
                 "setting 'sample_only' samples pairs without training: run it in one process, "
@@ -165,6 +168,7 @@ class DPOConfig(CommonConfig):
             )
         if self.pairs == "verified" and (not self.first_round_pairs or self.n_dpo_rounds > 1):
             check_group_seeding(self, world)
+        self.check_sharding()
         check_world_batches(self, world, "batch_size", "gradient_accumulation_steps")
 
     def validate(self) -> None:
@@ -188,6 +192,12 @@ class DPOConfig(CommonConfig):
                 "token: set append_eos: true) of pairs: jsonl or hh (verified pairs are already "
                 "prompted in the task's template)"
             )
+        if self.sharding == "fsdp" and self.reference_device not in ("", self.device):
+            raise ConfigError(
+                f"setting 'reference_device' ({self.reference_device!r}) must be empty or the "
+                f"policy's device ({self.device!r}) with sharding: fsdp: the reference is "
+                "sharded over the ranks beside the policy"
+            )
         if self.pairs != "verified" and (self.sample_only or self.first_round_pairs):
             raise ConfigError("settings 'sample_only' and 'first_round_pairs' need pairs: verified")
         super().validate()
@@ -205,7 +215,9 @@ def make_dpo_optimizer(model: torch.nn.Module, cfg: DPOConfig) -> torch.optim.Op
 
 
 def load_reference(cfg: DPOConfig) -> torch.nn.Module:
-    """The frozen reference: eval mode, no gradients, on ``reference_device``."""
+    """The frozen reference: eval mode, no gradients, on ``reference_device``; with
+    ``sharding: fsdp`` sharded over the ranks as the policy is (each rank holds 1/N of it and
+    every rank scores every pair, so their forwards stay in step)."""
     ref_cfg = replace(
         cfg,
         model_path=cfg.reference_path or cfg.model_path,
@@ -215,6 +227,8 @@ def load_reference(cfg: DPOConfig) -> torch.nn.Module:
     )
     model, _ = load_policy(ref_cfg)
     model.eval().requires_grad_(False)
+    if cfg.sharding == "fsdp":  # torchrun only (validate)
+        shard_policy(model)
     return model
 
 
@@ -271,7 +285,7 @@ def dpo_update(
     t.optimizer.step()
     t.scheduler.step()
     zero()
-    return {**sums, "grad_norm": float(grad_norm), "lr": lr, **micro.metrics()}
+    return {**sums, "grad_norm": norm_value(grad_norm), "lr": lr, **micro.metrics()}
 
 
 def accumulate_dpo(
@@ -293,6 +307,10 @@ def accumulate_dpo(
         sums["loss"] += float(loss.detach().sum()) / n
         for key in META:
             sums[key] += float(meta[key].sum()) / n
+    own = math.ceil(len(rows) / size)
+    for _ in range(lockstep_passes(model, own) - own):  # FSDP2: as many passes as any rank
+        loss, _ = pairs.loss(model, [0], cfg)
+        (loss.sum() * 0.0).backward()  # adds exactly 0 to every gradient
     return sums
 
 
@@ -354,8 +372,9 @@ def train(cfg: DPOConfig, out: str) -> dict:
         values = validate_pairs(t, val, cfg)
         if values["val/preference_accuracy"] > best.get("val/preference_accuracy", -1.0):
             best.update(values, step=step)  # the best policy so far, beside the last
+            model = whole_policy(t)  # a sharded policy gathered (every rank takes part)
             if is_main():
-                save_checkpoint(t.model, t.tokenizer, t.run.out / "best_checkpoint")
+                save_checkpoint(model, t.tokenizer, t.run.out / "best_checkpoint")
         return values
 
     bar = progress(total=cfg.n_dpo_rounds, initial=round_, desc="dpo", enabled=cfg.progress)

@@ -61,6 +61,7 @@ from reasoning_core.runtime.training.rollouts import (
 )
 from reasoning_core.runtime.training.settings import (
     RolloutConfig,
+    ShardingConfig,
     check_at_least_one,
     check_divisible,
     check_group_seeding,
@@ -71,7 +72,7 @@ from reasoning_core.runtime.training.updates import score_rollouts, sft_update
 
 
 @dataclass
-class EIConfig(RolloutConfig):
+class EIConfig(ShardingConfig, RolloutConfig):
     """Expert iteration: sample, keep the correct responses, SFT on them, repeat."""
 
     n_ei_steps: int = 5
@@ -121,8 +122,10 @@ class EIConfig(RolloutConfig):
         """Under ``torchrun`` on ``world`` processes: group seeding, whole groups per rank (the
         round's questions a multiple of the world size), and each SFT batch and its micro
         batches split evenly, as ``rrl sft`` splits them (a round's last, shorter batch of kept
-        responses is shared as evenly as it goes)."""
+        responses is shared as evenly as it goes); with sharding: fsdp, no out-of-memory
+        back-off."""
         check_group_seeding(self, world)
+        self.check_sharding()
         if self.ei_batch_size % world:
             raise ConfigError(
                 f"setting 'ei_batch_size' ({self.ei_batch_size}) must be a multiple of the world "

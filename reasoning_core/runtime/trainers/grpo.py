@@ -40,7 +40,6 @@ from reasoning_core import (
     mask_truncated,
     soft_overlong_penalty,
 )
-from reasoning_core.runtime.distributed.world import launched_world_size
 from reasoning_core.runtime.errors import ConfigError
 from reasoning_core.runtime.run.rng import Stream, step_seed
 from reasoning_core.runtime.trainers.lifecycle import (
@@ -68,6 +67,7 @@ from reasoning_core.runtime.training.rollouts import (
 )
 from reasoning_core.runtime.training.settings import (
     RolloutConfig,
+    ShardingConfig,
     check_at_least_one,
     check_divisible,
     check_group_seeding,
@@ -90,7 +90,7 @@ CLIP_PAIR_LOSSES = ("dapo", "gspo", "cispo")
 
 
 @dataclass
-class GRPOConfig(RolloutConfig):
+class GRPOConfig(ShardingConfig, RolloutConfig):
     """GRPO settings; defaults are the handout's (Qwen2.5-Math-1.5B on MATH)."""
 
     n_grpo_steps: int = 200
@@ -207,12 +207,6 @@ class GRPOConfig(RolloutConfig):
     """Evaluate every N GRPO steps; 0: only at the start and the end."""
     save_every: int = 5
     """Save the resumable state every N GRPO steps; 0: never."""
-    sharding: Literal["none", "fsdp"] = "none"
-    """Under torchrun: none (each rank holds the whole policy and AdamW state; gradients summed
-    once per optimizer step, as DDP does) or fsdp (FSDP2: the policy, its gradients and AdamW
-    state sharded over the ranks per decoder layer, bf16 compute on CUDA; the rollout engine
-    samples from a full copy of the weights gathered at each sync). Needs oom_backoff: false
-    (every rank must run the same forwards)."""
 
     def validate(self) -> None:
         if self.loss_type not in LOSS_TYPES:
@@ -259,11 +253,6 @@ class GRPOConfig(RolloutConfig):
         self._validate_variants()
         if self.advantage_eps < 0:
             raise ConfigError("setting 'advantage_eps' must be >= 0")
-        if self.sharding == "fsdp" and launched_world_size() < 2:
-            raise ConfigError(
-                "setting 'sharding' is fsdp, which shards the policy over several processes: "
-                "launch with torchrun --nproc_per_node 2 or more, or use sharding: none"
-            )
         if self.share_prompts and self.attn_implementation not in ("auto", *PACKABLE_ATTENTION):
             # The packed rows of a shared prompt need a 4D attention mask.
             raise ConfigError(
@@ -278,12 +267,7 @@ class GRPOConfig(RolloutConfig):
         rollout batch's questions a multiple of the world size), and the train batch and its
         micro batches split evenly (docs/gpu.md, "Several GPUs")."""
         check_group_seeding(self, world)
-        if self.sharding == "fsdp" and self.oom_backoff:
-            raise ConfigError(
-                "setting 'oom_backoff' must be false with sharding: fsdp: a rank that redid a "
-                "pass in smaller micro batches would run more forwards than the others, and "
-                "every sharded forward waits for every rank"
-            )
+        self.check_sharding()
         groups = self.n_prompts_per_rollout_batch
         if groups % world:
             raise ConfigError(

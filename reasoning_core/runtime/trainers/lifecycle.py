@@ -285,11 +285,16 @@ def finish_training(t: Training, *, step: int, extra: dict[str, Any] | None = No
     """Evaluate at ``step`` unless that was just done, then finish the run folder."""
     if broadcast_object(t.run.last_eval is None or t.run.last_eval["step"] != step):
         t.evaluator(t.engine, t.model, step, t.run)
-    model = t.model
-    if is_sharded(model):  # the checkpoint is the full weights, gathered on every rank
-        t.engine.sync_weights(model)
-        model = t.engine.full_model
-    return t.run.finish(model, t.tokenizer, step=step, extra=extra)
+    return t.run.finish(whole_policy(t), t.tokenizer, step=step, extra=extra)
+
+
+def whole_policy(t: Training) -> torch.nn.Module:
+    """The policy with all its weights, to save: the module itself, or for a sharded one
+    (FSDP2) the engine's full copy with the shards gathered into it on every rank (a
+    collective; the engine itself keeps its weights until its next sync)."""
+    if is_sharded(t.model):
+        return t.engine.gather(t.model)
+    return t.model
 
 
 def progress(*, total: int, desc: str, initial: int = 0, enabled: bool = True) -> tqdm:

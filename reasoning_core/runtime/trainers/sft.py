@@ -38,7 +38,7 @@ from reasoning_core.runtime.trainers.lifecycle import (
 from reasoning_core.runtime.training.batching import MicroBatchSize, tokenize_pairs
 from reasoning_core.runtime.training.rollouts import GRADE_KEYS, grade, grade_counts
 from reasoning_core.runtime.training.settings import (
-    CommonConfig,
+    ShardingConfig,
     check_at_least_one,
     check_divisible,
     check_world_batches,
@@ -47,7 +47,7 @@ from reasoning_core.runtime.training.updates import sft_update
 
 
 @dataclass
-class SFTConfig(CommonConfig):
+class SFTConfig(ShardingConfig):
     """SFT settings: the data and its selection, epochs, batch and its micro batches."""
 
     train_data: str = ""
@@ -93,7 +93,8 @@ class SFTConfig(CommonConfig):
     def check_world(self, world: int) -> None:
         """Under ``torchrun``: each rank trains on an equal share of every batch (an epoch's
         last, shorter batch is shared as evenly as it goes) in an equal share of its micro
-        batches."""
+        batches; with sharding: fsdp, no out-of-memory back-off."""
+        self.check_sharding()
         check_world_batches(self, world, "batch_size", "gradient_accumulation_steps")
 
     @property

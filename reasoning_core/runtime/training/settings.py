@@ -21,6 +21,7 @@ import torch
 
 import envs
 from reasoning_core.runtime.distributed.collectives import check_divides
+from reasoning_core.runtime.distributed.world import launched_world_size
 from reasoning_core.runtime.engines import ENGINE_DEFAULT, ENGINE_SETTINGS, ENGINES
 from reasoning_core.runtime.engines.hf import HFEngine
 from reasoning_core.runtime.engines.static.engine import StaticEngine
@@ -223,6 +224,38 @@ class RolloutConfig(CommonConfig):
                 f"got {self.logprob_diff_warn}"
             )
         super().validate()
+
+
+@dataclass
+class ShardingConfig(CommonConfig):
+    """The trainers whose policy FSDP2 can shard under ``torchrun`` (SFT, EI, GRPO, DPO): the
+    setting ``sharding`` and its checks, defined once here (docs/gpu.md, "What each rank holds")."""
+
+    sharding: Literal["none", "fsdp"] = "none"
+    """Under torchrun: none (each rank holds the whole policy and optimizer state; gradients
+    summed once per optimizer step, as DDP does) or fsdp (FSDP2: the policy, its gradients and
+    optimizer state sharded over the ranks per decoder layer, bf16 compute on CUDA; the rollout
+    engine samples from a full copy of the weights gathered at each sync; DPO's reference is
+    sharded too). Needs oom_backoff: false (every rank must run the same forwards)."""
+
+    def validate(self) -> None:
+        if self.sharding == "fsdp" and launched_world_size() < 2:
+            raise ConfigError(
+                "setting 'sharding' is fsdp, which shards the policy over several processes: "
+                "launch with torchrun --nproc_per_node 2 or more, or use sharding: none"
+            )
+        super().validate()
+
+    def check_sharding(self) -> None:
+        """Under ``torchrun`` (each trainer's ``check_world`` calls it): fsdp refuses the
+        out-of-memory back-off, which would let one rank run more sharded forwards than the
+        others, each of which waits for every rank."""
+        if self.sharding == "fsdp" and self.oom_backoff:
+            raise ConfigError(
+                "setting 'oom_backoff' must be false with sharding: fsdp: a rank that redid a "
+                "pass in smaller micro batches would run more forwards than the others, and "
+                "every sharded forward waits for every rank"
+            )
 
 
 def check_group_seeding(cfg: Any, world: int) -> None:

@@ -22,6 +22,7 @@ still the same batch mean. ``rrl gpu-check`` times these very functions.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, NamedTuple
@@ -40,6 +41,7 @@ from reasoning_core.runtime.distributed.collectives import (
     sum_tensor,
     sum_values,
 )
+from reasoning_core.runtime.distributed.sharding import lockstep_passes
 from reasoning_core.runtime.distributed.world import world_size
 from reasoning_core.runtime.training.batching import (
     MicroBatchSize,
@@ -137,6 +139,11 @@ def accumulate_sft(
         total_loss += float(loss.detach())
         s, c = masked_token_mean(entropy, mask)
         ent_sum, ent_n = ent_sum + s, ent_n + c
+    own = math.ceil(len(rows) / size)
+    for _ in range(lockstep_passes(model, own) - own):  # FSDP2: as many passes as any rank
+        idle = next(micro_batches(batch, [0], 1))
+        log_probs, _ = policy_log_probs(model, idle, device, with_entropy=False)
+        (log_probs.sum() * 0.0).backward()  # adds exactly 0 to every gradient
     return total_loss, ent_sum, ent_n
 
 

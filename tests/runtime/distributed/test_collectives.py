@@ -12,6 +12,7 @@ import torch
 
 from reasoning_core.runtime.distributed import collectives, world
 from reasoning_core.runtime.errors import ConfigError
+from reasoning_core.runtime.trainers import dpo, ei, grpo, sft
 from reasoning_core.runtime.trainers.dpo import DPOConfig
 from reasoning_core.runtime.trainers.ei import EIConfig
 from reasoning_core.runtime.trainers.grpo import GRPOConfig
@@ -118,12 +119,45 @@ def test_settings_of_no_trainer_refuse_any_launch_of_several():
         CommonConfig().check_world(2)
 
 
-def test_fsdp_needs_torchrun_and_no_out_of_memory_back_off():
+SHARDABLE = {
+    "sft": (sft.main, SFTConfig, {}),
+    "ei": (ei.main, EIConfig, EI_OK),
+    "grpo": (grpo.main, GRPOConfig, GRPO_OK),
+    "dpo": (dpo.main, DPOConfig, {"pairs": "jsonl"}),
+}
+
+
+@pytest.mark.parametrize("command", sorted(SHARDABLE))
+def test_fsdp_needs_torchrun_and_no_out_of_memory_back_off(command, capsys, tmp_path):
+    """Each trainer that offers sharding: fsdp refuses it in a plain run (nothing to shard
+    over) and, under torchrun, with the out-of-memory back-off on, naming the setting."""
+    main, config, ok = SHARDABLE[command]
+    assert main(["--set", "sharding=fsdp", "--out", str(tmp_path / "run")]) == 2
+    assert not (tmp_path / "run").exists()  # refused before any work
+    err = capsys.readouterr().err
+    assert "setting 'sharding' is fsdp" in err and "torchrun" in err, err
     with pytest.raises(ConfigError, match="setting 'sharding' is fsdp"):
-        GRPOConfig(sharding="fsdp").validate()  # a plain run: nothing to shard over
+        config(sharding="fsdp").validate()
     with pytest.raises(ConfigError, match="setting 'oom_backoff' must be false"):
-        GRPOConfig(**GRPO_OK, sharding="fsdp").check_world(2)
-    GRPOConfig(**GRPO_OK, sharding="fsdp", oom_backoff=False).check_world(2)
+        config(**ok, sharding="fsdp").check_world(2)
+    config(**ok, sharding="fsdp", oom_backoff=False).check_world(2)
+    config(**ok).check_world(2)  # sharding: none keeps the back-off
+
+
+@pytest.mark.parametrize("command", sorted(SHARDABLE))
+def test_each_shardable_command_lists_sharding_in_its_help(command, capsys):
+    main, _, _ = SHARDABLE[command]
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr()
+    assert "sharding: Literal['none', 'fsdp']" in out.out + out.err
+
+
+def test_fsdp_shards_dpos_reference_beside_the_policy():
+    """A reference on another device than the policy cannot be sharded with it: refused."""
+    cfg = DPOConfig(sharding="fsdp", reference_device="cuda:1")
+    with pytest.raises(ConfigError, match="setting 'reference_device'"):
+        cfg.validate()
 
 
 def test_a_command_that_is_no_trainer_refuses_under_torchrun(monkeypatch, capsys):
