@@ -301,14 +301,15 @@ def accumulate_dpo(
     (``batch_rows`` when ``rows`` are this rank's share of a larger batch)."""
     n = len(rows) if batch_rows is None else batch_rows
     sums = dict.fromkeys(("loss", *META), 0.0)
+    own = math.ceil(len(rows) / size)
+    passes = lockstep_passes(model, own)  # before any pass: the ranks' collectives in order
     for start in range(0, len(rows), size):
         loss, meta = pairs.loss(model, rows[start : start + size], cfg)
         (loss.sum() / n).backward()
         sums["loss"] += float(loss.detach().sum()) / n
         for key in META:
             sums[key] += float(meta[key].sum()) / n
-    own = math.ceil(len(rows) / size)
-    for _ in range(lockstep_passes(model, own) - own):  # FSDP2: as many passes as any rank
+    for _ in range(passes - own):  # FSDP2: as many passes as any rank
         loss, _ = pairs.loss(model, [0], cfg)
         (loss.sum() * 0.0).backward()  # adds exactly 0 to every gradient
     return sums

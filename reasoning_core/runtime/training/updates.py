@@ -127,6 +127,8 @@ def accumulate_sft(
     share of a larger batch (default: ``len(rows)``)."""
     n = len(rows) if batch_rows is None else batch_rows
     total_loss, ent_sum, ent_n = 0.0, 0.0, 0
+    own = math.ceil(len(rows) / size)
+    passes = lockstep_passes(model, own)  # before any pass: the ranks' collectives in order
     for micro in micro_batches(batch, rows, size):
         log_probs, entropy = policy_log_probs(model, micro, device)
         mask = micro.response_mask.to(device)
@@ -139,8 +141,7 @@ def accumulate_sft(
         total_loss += float(loss.detach())
         s, c = masked_token_mean(entropy, mask)
         ent_sum, ent_n = ent_sum + s, ent_n + c
-    own = math.ceil(len(rows) / size)
-    for _ in range(lockstep_passes(model, own) - own):  # FSDP2: as many passes as any rank
+    for _ in range(passes - own):  # FSDP2: as many passes as any rank
         idle = next(micro_batches(batch, [0], 1))
         log_probs, _ = policy_log_probs(model, idle, device, with_entropy=False)
         (log_probs.sum() * 0.0).backward()  # adds exactly 0 to every gradient

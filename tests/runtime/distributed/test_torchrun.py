@@ -135,18 +135,20 @@ def only_rank_0_wrote(one: Path, two: Path) -> None:
     assert sorted(p.name for p in two.iterdir()) == sorted(p.name for p in one.iterdir())
 
 
-def resume_after_kill(cfg: dict, world: Path, out: Path, *, also_in_one: Path | None = None):
+def resume_after_kill(
+    cfg: dict, world: Path, out: Path, *, also_in_one: Path | None = None, command: str = "grpo"
+):
     """A 2-rank run killed right after optimizer step 3 (state saved after an earlier step),
     then the same command again: the resumed run's metrics. ``also_in_one``: a copy of the
     killed folder resumed there by one process first (another world size)."""
-    killed = launch("grpo", cfg, world, out, nproc=2, env={"RRL_EXIT_AFTER_STEP": "3"})
+    killed = launch(command, cfg, world, out, nproc=2, env={"RRL_EXIT_AFTER_STEP": "3"})
     assert killed.returncode != 0 and not (out / "done.json").exists()
     state = torch.load(out / "state" / "trainer_state.pt", weights_only=False)
     assert state["counters"]["opt_step"] < 3 and len(state["rng_ranks"]) == 2
     if also_in_one is not None:
         shutil.copytree(out, also_in_one)
-        run("grpo", cfg, world, also_in_one)
-    return run("grpo", cfg, world, out, nproc=2)
+        run(command, cfg, world, also_in_one)
+    return run(command, cfg, world, out, nproc=2)
 
 
 def assert_same_weights(a: Path, b: Path) -> None:
@@ -234,25 +236,71 @@ def test_sft_on_two_ranks_equals_one_process(world, tmp_path):
     assert_two_ranks_equal_one("sft", SFT_3, world, tmp_path)
 
 
+DPO_1 = {
+    **COMMON,
+    "pairs": "jsonl",
+    "n_dpo_rounds": 1,
+    "val_pairs": 4,
+    "val_every": 1,
+    "batch_size": 4,
+    "gradient_accumulation_steps": 2,
+    "lr": 1e-3,
+    "beta": 0.5,
+    "eval_at_start": False,
+    "eval_examples": 4,
+    "eval_max_tokens": 16,
+    "save_every": 0,
+}
+
+
 def test_dpo_on_two_ranks_equals_one_process(world, tmp_path):
     pairs = write_addition_pairs(tmp_path / "pairs.jsonl", 12, lead=" ")
-    cfg = {
-        **COMMON,
-        "pairs": "jsonl",
-        "train_pairs": str(pairs),
-        "n_dpo_rounds": 1,
-        "val_pairs": 4,
-        "val_every": 1,
-        "batch_size": 4,
-        "gradient_accumulation_steps": 2,
-        "lr": 1e-3,
-        "beta": 0.5,
-        "eval_at_start": False,
-        "eval_examples": 4,
-        "eval_max_tokens": 16,
-        "save_every": 0,
-    }
-    assert_two_ranks_equal_one("dpo", cfg, world, tmp_path)
+    assert_two_ranks_equal_one("dpo", {**DPO_1, "train_pairs": str(pairs)}, world, tmp_path)
+
+
+def assert_sharded_equals_one(command, cfg, world, tmp_path) -> list[dict]:
+    """The run with ``sharding: fsdp`` on 2 ranks (no out-of-memory back-off) ends with the
+    metrics and weights of the one-process run, which trained; the 2-rank metrics."""
+    one = run(command, cfg, world, tmp_path / "one")
+    fsdp = {**cfg, "sharding": "fsdp", "oom_backoff": False}
+    two = run(command, fsdp, world, tmp_path / "fsdp", nproc=2)
+    worst = assert_close_records(one, two)
+    worst_w = assert_close_weights(tmp_path / "one", tmp_path / "fsdp", tol=1e-4)
+    print(f"{command} fsdp: metrics rel diff {worst:.2e}, weights {worst_w:.2e}")
+    assert moved(world, tmp_path / "one") > 1e-4
+    only_rank_0_wrote(tmp_path / "one", tmp_path / "fsdp")
+    return two
+
+
+def test_sharded_sft_on_two_ranks_equals_one_process_and_resumes_exactly(world, tmp_path):
+    """9 examples in batches of 4 (one micro batch per rank): the third step's batch is one
+    example, so rank 1 runs its micro batch as a pass of zero loss, in step with rank 0's
+    sharded forward. Then the sharded run killed after step 3 (state saved after step 2)
+    resumes to the same metrics and weights."""
+    cfg = {**SFT_3, "batch_size": 4, "gradient_accumulation_steps": 2, "max_examples": 9,
+           "max_steps": None, "save_every": 2}  # fmt: skip
+    two = assert_sharded_equals_one("sft", cfg, world, tmp_path)
+    assert [r["step"] for r in two if r["split"] == "train"] == [1, 2, 3]
+    fsdp = {**cfg, "sharding": "fsdp", "oom_backoff": False}
+    assert resume_after_kill(fsdp, world, tmp_path / "killed", command="sft") == two
+    assert_same_weights(tmp_path / "fsdp", tmp_path / "killed")
+
+
+def test_sharded_dpo_on_two_ranks_equals_one_process(world, tmp_path):
+    """DPO with the policy and the frozen reference both sharded: 9 training pairs in batches
+    of 4 (the last one pair, rank 1 idle in step), validated at every step, the best policy
+    gathered into best_checkpoint/."""
+    pairs = write_addition_pairs(tmp_path / "pairs.jsonl", 13, lead=" ")
+    two = assert_sharded_equals_one("dpo", {**DPO_1, "train_pairs": str(pairs)}, world, tmp_path)
+    assert sum("val/preference_accuracy" in r for r in two) == 3
+    assert_close_weights_in(tmp_path / "one", tmp_path / "fsdp", "best_checkpoint")
+
+
+def assert_close_weights_in(a: Path, b: Path, folder: str) -> None:
+    wa = load_file(a / folder / "model.safetensors")
+    wb = load_file(b / folder / "model.safetensors")
+    assert wa.keys() == wb.keys()
+    assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) <= 1e-4
 
 
 # Expert iteration: 2 rounds of 8 questions in groups of 4, the kept (reward-1) responses
