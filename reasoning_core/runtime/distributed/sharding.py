@@ -1,6 +1,7 @@
 """FSDP2: the policy sharded over the ranks, and what a sharded policy needs around it.
 
-``sharding: fsdp`` (``rrl grpo`` under ``torchrun``) wraps each decoder layer and then the
+``sharding: fsdp`` (``rrl sft``, ``ei``, ``grpo`` and ``dpo`` under ``torchrun``; DPO's frozen
+reference too) wraps each decoder layer and then the
 whole model in ``torch.distributed.fsdp.fully_shard``: each rank holds 1/N of every parameter,
 gradient and AdamW moment; a forward gathers a layer's parameters for its time, a backward
 reduce-scatters its gradients. The reduce-scatter is set to *sum* (gradient divide factor 1):
@@ -11,7 +12,9 @@ Every rank must then run the same forwards: the rollout engine cannot sample fro
 module (ranks decode different lengths), so it samples from a full copy of the weights of its
 own, refreshed from the shards on every sync (:class:`FullWeightsEngine`); the evaluation's
 entropy pass and the final checkpoint use that copy; the resumable state is the gathered full
-state (:func:`full_state`, :func:`load_full_state`), loadable at any world size.
+state (:func:`full_state`, :func:`load_full_state`), loadable at any world size. A rank with
+fewer micro batches in an accumulation runs passes of zero loss up to the most any rank has
+(:func:`lockstep_passes`).
 """
 
 from __future__ import annotations
