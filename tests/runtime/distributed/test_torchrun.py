@@ -13,7 +13,9 @@ width). In float32 that moves a gradient by a few units in the last place and th
 by as little. Measured on this machine (largest relative difference of a logged number of
 magnitude 1e-3 or more; largest absolute difference of a final weight): GRPO on-policy
 2.3e-7 and 8.3e-7; grpo_clip 6.6e-8 and 7.3e-7, with FSDP2 2.7e-6 and 7.1e-7; SFT 7.3e-8 and
-1.3e-7; DPO, expert iteration and instruction SFT bitwise equal (in these settings each rank's
+1.3e-7, with FSDP2 1.0e-6 and 2.4e-7; DPO with FSDP2 (policy and reference sharded) 6.3e-6 and
+2.5e-6; expert iteration with FSDP2 1.3e-6 and 4.7e-7; without FSDP2, DPO, expert iteration and
+instruction SFT bitwise equal (in these settings each rank's
 micro batch is one of one process's, and the ranks' sum is the one addition one process makes).
 The tolerances are 40x to 1000x that, far below what a wrong normalizer (a factor of 2 in the
 loss, TRL #3021) or a rank's rollouts counted twice would move (the loss and gradient norm by
@@ -328,6 +330,13 @@ def test_ei_on_two_ranks_equals_one_process(world, tmp_path):
     records = read_metrics(tmp_path / "one" / "metrics.jsonl")
     assert sum(r.get("kept", 0) for r in records) > 0
     assert any("grad_norm" in r for r in records)
+
+
+def test_sharded_ei_on_two_ranks_equals_one_process(world, tmp_path):
+    """Expert iteration with the policy sharded: each rank samples from its full copy of the
+    weights, scores its share of the rollouts with the sharded policy, and trains on the kept
+    responses (a round's last batch often shorter, so a rank may run a pass of zero loss)."""
+    assert_sharded_equals_one("ei", EI_2, world, tmp_path)
 
 
 def test_instruction_sft_on_two_ranks_equals_one_process(world, tmp_path):
