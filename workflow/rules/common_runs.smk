@@ -119,14 +119,15 @@ def _check_group_seeding():
         return
     for run in ALL_RUNS:
         name = run.removeprefix(f"{R}/")
+        # A run folder is <method>/<variant>; the leaderboard run has no variant.
+        method, _, variant = name.partition("/")
         if name == "leaderboard":
             method, settings = "grpo", {
                 **METHOD_SETTINGS["grpo"],
                 **config["leaderboard"]["settings"],
             }
             where = "the methods file's grpo section or 'leaderboard.settings'"
-        elif "/" in name and name.split("/", 1)[0] in ("grpo", "ei", "dpo"):
-            method, variant = name.split("/", 1)
+        elif variant and method in ("grpo", "ei", "dpo"):
             settings = {**METHOD_SETTINGS[method], **parse_variant(variant)}
             where = f"the methods file's {method} section or 'settings.{method}'"
         else:
