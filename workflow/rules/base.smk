@@ -1,6 +1,7 @@
 # The base model, built from nothing when `model_path` is null (pretraining seed `base_seed`).
 # The default study trains from the shipped base instead and GPU studies name an existing
-# Hugging Face folder in `model_path`: no rule runs then.
+# Hugging Face folder in `model_path`: no rule runs then, unless the folder is to be imported
+# from a GGUF file that a pip package ships (`model_gguf_package`, rule import_gguf).
 
 
 rule tiny_world:
@@ -24,3 +25,25 @@ rule tiny_world:
     shell:
         "rrl tiny-world --config {params.methods} {params.settings} --set seed={params.seed} "
         "--out {params.out} > {log} 2>&1"
+
+
+if GGUF_PACKAGE:
+
+    rule import_gguf:
+        output:
+            model=directory(config["model_path"]),
+            # The folder's record of its source (file, size, SHA-256, package version), kept
+            # beside the results: the weights themselves are too large to commit.
+            provenance=f"{R}/model_provenance.json",
+        log:
+            f"{R}/logs/import_gguf.log",
+        benchmark:
+            f"{R}/job_times/import_gguf.tsv"
+        conda:
+            "../envs/rrl.yaml"
+        threads: THREADS
+        params:
+            package=GGUF_PACKAGE,
+        shell:
+            "rrl import-gguf --package {params.package} --out {output.model} > {log} 2>&1 "
+            "&& cp {output.model}/gguf_provenance.json {output.provenance}"

@@ -42,6 +42,16 @@ NODES = config["nodes_per_run"]
 SEEDS = config["seeds"]
 THREADS = config["threads_per_job"]  # `threads:` of every training and evaluation rule
 BUILD_BASE = config["model_path"] is None
+# A study on a model that a pip package ships as GGUF imports it into `model_path` itself.
+GGUF_PACKAGE = config.get("model_gguf_package")
+if GGUF_PACKAGE and (
+    BUILD_BASE or not Path(config["model_path"]).is_relative_to(config["results_dir"])
+):
+    raise ValueError(
+        f"setting 'model_path': {config['model_path']!r} must be a folder under results_dir "
+        f"({config['results_dir']!r}) when 'model_gguf_package' is set: the study writes the "
+        "imported model there"
+    )
 COMMANDS = ("tiny-world", "eval", "sft", "ei", "grpo", "dpo")
 # A variant's parts are key~value folders; none is a seed folder (seed~N), which follows it.
 VARIANT_PART = r"(?!seed~)[A-Za-z0-9_]+~[^/]+"
@@ -140,6 +150,8 @@ def _shipped_base_files():
     from reasoning_core.runtime.run.checkpoint import CHECKSUMS, verify_checksums
     from reasoning_core.runtime.settings.config import ConfigError
 
+    if GGUF_PACKAGE:  # rule import_gguf writes the folder; the commands check its SHA256SUMS
+        return [config["model_path"]]
     if BUILD_BASE or not (Path(config["model_path"]) / CHECKSUMS).is_file():
         return []
     try:
@@ -288,7 +300,8 @@ def _unique(items):
 
 def base_model_input():
     """The tiny world's done.json when the study builds its base model, the shipped base's
-    weights when `model_path` is that folder, else nothing."""
+    weights when `model_path` is that folder, the imported folder when the study imports a
+    GGUF model (`model_gguf_package`), else nothing."""
     return [rules.tiny_world.output.done] if BUILD_BASE else SHIPPED_BASE_FILES
 
 
