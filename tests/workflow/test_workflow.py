@@ -283,6 +283,7 @@ WORKFLOW_COLUMNS = {"dpo": {"init"}}
         "mismatch_vllm",
         "pg_family",
         "gpu_math_7b",
+        "real_cpu",
     ],
 )
 def test_workflow_settings_name_real_trainer_settings(config):
