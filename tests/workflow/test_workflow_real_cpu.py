@@ -42,6 +42,9 @@ def test_real_cpu_study_imports_the_model_once_then_trains_four_seeds_from_it(tm
     for command in ("rrl eval ", "rrl sft "):
         assert any(command in c and f"--set model_path={MODEL} " in c for c in commands), command
     assert not [j for j in jobs if j["rule"] in ("tiny_world", "grpo", "ei", "dpo")]
+    # The final-evaluation figure draws the SFT start between zero-shot and GRPO.
+    runs = " ".join(f"results/real_cpu/{r}" for r in ("zero_shot", "sft/default", "leaderboard"))
+    assert f"rrl plot --kind final --runs {runs} " in result.stdout
 
 
 def test_a_gguf_model_folder_outside_the_results_folder_is_refused(tmp_path):

@@ -56,17 +56,6 @@ FAMILY_RUNS = {
     for family in FAMILIES
 }
 
-# Final-accuracy comparison of the methods at their default settings.
-METHOD_RUNS = _unique(
-    ([f"{R}/zero_shot"] if "zero_shot" in config["families"] else [])
-    + [
-        f"{R}/{method}/default"
-        for method in ("sft", "ei", "grpo", "dpo")
-        if any(FAMILY_INFO[f][0] == method for f in FAMILIES)
-    ]
-    + ([f"{R}/leaderboard"] if "leaderboard" in config["families"] else [])
-)
-
 # The SFT run the leaderboard recipe starts from (`leaderboard.init: sft`), named by its
 # folder under sft/ as the sweep tables name runs.
 LEADERBOARD_SFT_RUN = config["leaderboard"].get("sft_run", "default")
@@ -82,6 +71,23 @@ if canonical_variant("sft", LEADERBOARD_SFT_RUN) != LEADERBOARD_SFT_RUN:
     )
 LEADERBOARD_STARTS_FROM_SFT = (
     "leaderboard" in config["families"] and config["leaderboard"].get("init", "sft") == "sft"
+)
+
+# Final-accuracy comparison of the methods at their default settings; in a study without an
+# SFT family, the SFT run the leaderboard recipe starts from is drawn too (where GRPO began).
+METHOD_RUNS = _unique(
+    ([f"{R}/zero_shot"] if "zero_shot" in config["families"] else [])
+    + [
+        f"{R}/{method}/default"
+        for method in ("sft", "ei", "grpo", "dpo")
+        if any(FAMILY_INFO[f][0] == method for f in FAMILIES)
+    ]
+    + (
+        [f"{R}/sft/{LEADERBOARD_SFT_RUN}"]
+        if LEADERBOARD_STARTS_FROM_SFT and not any(FAMILY_INFO[f][0] == "sft" for f in FAMILIES)
+        else []
+    )
+    + ([f"{R}/leaderboard"] if "leaderboard" in config["families"] else [])
 )
 
 DPO_STARTS_FROM_SFT = "dpo" in FAMILIES and any(
