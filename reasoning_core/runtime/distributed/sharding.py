@@ -1,7 +1,7 @@
 """FSDP2: the policy sharded over the ranks, and what a sharded policy needs around it.
 
-``sharding: fsdp`` (``rrl sft``, ``ei``, ``grpo`` and ``dpo`` under ``torchrun``; DPO's frozen
-reference too) wraps each decoder layer and then the
+``sharding: fsdp`` (``rrl sft``, ``ei``, ``grpo``, ``dpo`` and ``instruction-sft`` under
+``torchrun``; DPO's frozen reference too) wraps each decoder layer and then the
 whole model in ``torch.distributed.fsdp.fully_shard``: each rank holds 1/N of every parameter,
 gradient and AdamW moment; a forward gathers a layer's parameters for its time, a backward
 reduce-scatters its gradients. The reduce-scatter is set to *sum* (gradient divide factor 1):
@@ -11,7 +11,8 @@ bfloat16 and reduce in float32 (``MixedPrecisionPolicy``); on a CPU everything s
 Every rank must then run the same forwards: the rollout engine cannot sample from the sharded
 module (ranks decode different lengths), so it samples from a full copy of the weights of its
 own, refreshed from the shards on every sync (:class:`FullWeightsEngine`); the evaluation's
-entropy pass and the final checkpoint use that copy; the resumable state is the gathered full
+entropy pass and the final checkpoint use that copy (instruction SFT, which has no engine,
+gathers into a CPU copy on rank 0 alone: :func:`gather_whole`); the resumable state is the gathered full
 state (:func:`full_state`, :func:`load_full_state`), loadable at any world size. A rank with
 fewer micro batches in an accumulation runs passes of zero loss up to the most any rank has
 (:func:`lockstep_passes`).
@@ -89,6 +90,18 @@ def full_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Every parameter and buffer of a sharded ``model`` gathered whole, on every rank (a
     collective: every rank calls it)."""
     return get_model_state_dict(model, options=FULL)
+
+
+def gather_whole(model: torch.nn.Module, whole: torch.nn.Module | None) -> torch.nn.Module:
+    """``whole`` (rank 0's unsharded CPU copy of ``model``) holding the shards of ``model``
+    gathered onto rank 0's CPU; on the other ranks, which pass None and save nothing,
+    ``model`` itself (a collective: every rank calls it)."""
+    state = get_model_state_dict(model, options=FULL_CPU)  # empty on the other ranks
+    if whole is None:
+        return model
+    with torch.no_grad():
+        whole.load_state_dict(state)
+    return whole
 
 
 def full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:

@@ -27,7 +27,10 @@ Under ``torchrun`` each rank accumulates its contiguous share of every batch's c
 micro batch divided by the whole batch's token count; the gradients are summed over the ranks
 before clipping, the logged loss and the validation loss (each rank a share of the validation
 chunks) are the global ones, and rank 0 writes the run folder: the same updates as one process
-with the same settings, up to float rounding (docs/gpu.md, "Several GPUs").
+with the same settings, up to float rounding (docs/gpu.md, "Several GPUs"). ``sharding: fsdp``
+shards the model, its gradients and AdamW state over the ranks (FSDP2, as ``rrl sft`` does);
+rank 0 then keeps a copy of the whole model in CPU memory, into which the shards are gathered
+for the final ``checkpoint/``.
 
 Run: ``rrl instruction-sft --set model_path=M --set train_data=sft.jsonl --out DIR``.
 """
@@ -48,7 +51,13 @@ from envs import DataError
 from envs.packed_data import PackedSFTDataset
 from reasoning_core import log_probs_from_logits
 from reasoning_core.runtime.distributed.collectives import share, sum_gradients, sum_values
-from reasoning_core.runtime.distributed.world import world_size
+from reasoning_core.runtime.distributed.sharding import (
+    gather_whole,
+    lockstep_passes,
+    shard_policy,
+    unsharded_copy,
+)
+from reasoning_core.runtime.distributed.world import is_main, world_size
 from reasoning_core.runtime.errors import ConfigError
 from reasoning_core.runtime.run.folder import RunContext
 from reasoning_core.runtime.run.rng import Stream, step_rng
@@ -63,17 +72,18 @@ from reasoning_core.runtime.training.policy import (
     training_forward,
 )
 from reasoning_core.runtime.training.settings import (
-    CommonConfig,
+    ShardingConfig,
     check_at_least_one,
     check_divisible,
     check_world_batches,
 )
+from reasoning_core.runtime.training.updates import norm_value
 
 METHOD = "instruction-sft"
 
 
 @dataclass
-class InstructionSFTConfig(CommonConfig):
+class InstructionSFTConfig(ShardingConfig):
     """Instruction-SFT settings: the packed data, its batches, the schedule, the validation.
 
     The task, template, engine and eval_* settings of the other trainers are not used here:
@@ -137,7 +147,8 @@ class InstructionSFTConfig(CommonConfig):
     def check_world(self, world: int) -> None:
         """Under ``torchrun``: each rank trains on an equal share of every batch of chunks (an
         epoch's last, shorter batch is shared as evenly as it goes) in an equal share of its
-        micro batches."""
+        micro batches; with sharding: fsdp, no out-of-memory back-off."""
+        self.check_sharding()
         check_world_batches(self, world, "batch_size", "gradient_accumulation_steps")
 
     @property
@@ -196,40 +207,52 @@ def packed_update(t, data: PackedSFTDataset, rows: list[int], micro: MicroBatchS
     zero = partial(t.optimizer.zero_grad, set_to_none=True)
     zero()
     loss = micro.call(accumulate_packed, t.model, data, list(share(rows)), tokens, reset=zero)
-    sum_gradients(t.model)  # a no-op in one process
+    sum_gradients(t.model)  # a no-op in one process and for a sharded model
     if world_size() > 1:
         loss = sum_values({"loss": loss})["loss"]
     grad_norm = torch.nn.utils.clip_grad_norm_(t.model.parameters(), t.cfg.max_grad_norm)
     t.optimizer.step()
     t.scheduler.step()
     zero()
-    return {"loss": loss, "grad_norm": float(grad_norm), "lr": lr, "tokens": tokens,
+    return {"loss": loss, "grad_norm": norm_value(grad_norm), "lr": lr, "tokens": tokens,
             **micro.metrics()}  # fmt: skip
 
 
 def accumulate_packed(size: int, model, data: PackedSFTDataset, rows: list[int], tokens: int):
     """Backward of the chunks ``rows`` in micro batches of ``size``, each scaled by the step's
-    token count so the gradients sum to the step's mean; returns that mean."""
+    token count so the gradients sum to the step's mean; returns that mean.
+
+    A sharded ``model`` runs as many passes as the rank with the most micro batches (an epoch's
+    last batch can leave a rank one short): the missing ones are passes of zero loss."""
+    own = math.ceil(len(rows) / size)
+    passes = lockstep_passes(model, own)  # before any pass: the ranks' collectives in order
     total = 0.0
     for start in range(0, len(rows), size):
         part = rows[start : start + size]
         loss = chunk_nll(model, data.input_ids[part], data.labels[part]) / tokens
         loss.backward()
         total += float(loss.detach())
+    for _ in range(passes - own):
+        (chunk_nll(model, data.input_ids[:1], data.labels[:1]) * 0.0).backward()  # adds 0
     return total
 
 
 @torch.no_grad()
 def validation_loss(model, data: PackedSFTDataset, count: int, micro_batch_size: int) -> float:
     """Mean token NLL over the first ``count`` chunks of ``data`` (eval mode, no gradient).
-    Under ``torchrun`` each rank sums its contiguous share of the chunks; the sums are added."""
+    Under ``torchrun`` each rank sums its contiguous share of the chunks; the sums are added
+    (a sharded ``model`` runs as many forwards on every rank, the extra ones discarded)."""
     was_training = model.training
     model.eval()
     total = 0.0
     mine = share(range(count))
+    own = math.ceil(len(mine) / micro_batch_size)
+    passes = lockstep_passes(model, own)
     for start in range(mine.start, mine.stop, micro_batch_size):
         stop = min(mine.stop, start + micro_batch_size)
         total += float(chunk_nll(model, data.input_ids[start:stop], data.labels[start:stop]))
+    for _ in range(passes - own):
+        chunk_nll(model, data.input_ids[:1], data.labels[:1])
     model.train(was_training)
     if world_size() > 1:
         total = sum_values({"total": total})["total"]
@@ -238,7 +261,8 @@ def validation_loss(model, data: PackedSFTDataset, count: int, micro_batch_size:
 
 @dataclass
 class Tuning:
-    """What the loop works with: the run folder, the policy, its optimizer and schedule."""
+    """What the loop works with: the run folder, the policy, its optimizer and schedule, and,
+    when the policy is sharded, rank 0's whole copy of it for the final checkpoint (else None)."""
 
     cfg: InstructionSFTConfig
     run: RunContext
@@ -246,6 +270,7 @@ class Tuning:
     tokenizer: object
     optimizer: torch.optim.Optimizer
     scheduler: object
+    whole: torch.nn.Module | None = None
 
 
 def train(cfg: InstructionSFTConfig, out: str) -> dict:
@@ -258,6 +283,10 @@ def train(cfg: InstructionSFTConfig, out: str) -> dict:
     print(f"[{METHOD}] {device}, {dtype}, attention {attn}", file=sys.stderr)
     run = RunContext(cfg, out, METHOD)
     model, tokenizer = load_policy(replace(cfg, dtype=dtype))
+    whole = None
+    if cfg.sharding == "fsdp":  # torchrun only (validate)
+        whole = unsharded_copy(model).cpu() if is_main() else None  # the final checkpoint's
+        shard_policy(model)
     data = pack(cfg, "train_data", tokenizer, cfg.shuffle)
     val = pack(cfg, "val_data", tokenizer, False) if cfg.val_data else None
     n_val = 0 if val is None else min(len(val), cfg.val_chunks or len(val))
@@ -271,7 +300,7 @@ def train(cfg: InstructionSFTConfig, out: str) -> dict:
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, replace(cfg, warmup_steps=warm), total)
     counters = run.resume(model, optimizer, scheduler)
-    t = Tuning(cfg, run, model, tokenizer, optimizer, scheduler)
+    t = Tuning(cfg, run, model, tokenizer, optimizer, scheduler, whole)
     info = {"train_chunks": len(data), "train_tokens": data.n_tokens, "val_chunks": n_val,
             "seq_length": cfg.seq_length, "dtype": dtype, "attn_implementation": attn,
             "warmup_steps": warm, "total_steps": total}  # fmt: skip
@@ -322,7 +351,8 @@ def train(cfg: InstructionSFTConfig, out: str) -> dict:
         if step < total and cfg.save_every and step % cfg.save_every == 0:
             run.save_state(model, optimizer, scheduler, opt_step=step, last_val=last_val)
     bar.close()
-    return run.finish(model, tokenizer, step=step, extra={**info, **(last_val or {})})
+    final = gather_whole(model, whole) if cfg.sharding == "fsdp" else model
+    return run.finish(final, tokenizer, step=step, extra={**info, **(last_val or {})})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -228,15 +228,17 @@ class RolloutConfig(CommonConfig):
 
 @dataclass
 class ShardingConfig(CommonConfig):
-    """The trainers whose policy FSDP2 can shard under ``torchrun`` (SFT, EI, GRPO, DPO): the
-    setting ``sharding`` and its checks, defined once here (docs/gpu.md, "What each rank holds")."""
+    """The trainers whose policy FSDP2 can shard under ``torchrun`` (SFT, EI, GRPO, DPO,
+    instruction SFT): the setting ``sharding`` and its checks, defined once here (docs/gpu.md,
+    "What each rank holds")."""
 
     sharding: Literal["none", "fsdp"] = "none"
     """Under torchrun: none (each rank holds the whole policy and optimizer state; gradients
     summed once per optimizer step, as DDP does) or fsdp (FSDP2: the policy, its gradients and
     optimizer state sharded over the ranks per decoder layer, bf16 compute on CUDA; the rollout
     engine samples from a full copy of the weights gathered at each sync; DPO's reference is
-    sharded too). Needs oom_backoff: false (every rank must run the same forwards)."""
+    sharded too; instruction SFT gathers the shards for its checkpoint only). Needs
+    oom_backoff: false (every rank must run the same forwards)."""
 
     def validate(self) -> None:
         if self.sharding == "fsdp" and launched_world_size() < 2:

@@ -12,7 +12,7 @@ import torch
 
 from reasoning_core.runtime.distributed import collectives, world
 from reasoning_core.runtime.errors import ConfigError
-from reasoning_core.runtime.trainers import dpo, ei, grpo, sft
+from reasoning_core.runtime.trainers import dpo, ei, grpo, instruction_sft, sft
 from reasoning_core.runtime.trainers.dpo import DPOConfig
 from reasoning_core.runtime.trainers.ei import EIConfig
 from reasoning_core.runtime.trainers.grpo import GRPOConfig
@@ -144,9 +144,24 @@ def test_fsdp_needs_torchrun_and_no_out_of_memory_back_off(command, capsys, tmp_
     config(**ok).check_world(2)  # sharding: none keeps the back-off
 
 
-@pytest.mark.parametrize("command", sorted(SHARDABLE))
+def test_instruction_sft_refuses_fsdp_in_one_process_and_with_the_back_off(capsys, tmp_path):
+    """The same two refusals for ``rrl instruction-sft``, whose data file must exist first."""
+    data = tmp_path / "pairs.jsonl"
+    data.write_text('{"prompt": "1 + 1?", "response": "2"}\n')
+    argv = ["--set", f"train_data={data}", "--set", "sharding=fsdp", "--out", str(tmp_path / "r")]
+    assert instruction_sft.main(argv) == 2
+    assert not (tmp_path / "r").exists()
+    err = capsys.readouterr().err
+    assert "setting 'sharding' is fsdp" in err and "torchrun" in err, err
+    fsdp = InstructionSFTConfig(train_data=str(data), sharding="fsdp", batch_size=8)
+    with pytest.raises(ConfigError, match="setting 'oom_backoff' must be false"):
+        fsdp.check_world(2)
+    InstructionSFTConfig(sharding="fsdp", batch_size=8, oom_backoff=False).check_world(2)
+
+
+@pytest.mark.parametrize("command", [*sorted(SHARDABLE), "instruction-sft"])
 def test_each_shardable_command_lists_sharding_in_its_help(command, capsys):
-    main, _, _ = SHARDABLE[command]
+    main = instruction_sft.main if command == "instruction-sft" else SHARDABLE[command][0]
     with pytest.raises(SystemExit):
         main(["--help"])
     out = capsys.readouterr()

@@ -14,7 +14,8 @@ by as little. Measured on this machine (largest relative difference of a logged 
 magnitude 1e-3 or more; largest absolute difference of a final weight): GRPO on-policy
 2.3e-7 and 8.3e-7; grpo_clip 6.6e-8 and 7.3e-7, with FSDP2 2.7e-6 and 7.1e-7; SFT 7.3e-8 and
 1.3e-7, with FSDP2 1.0e-6 and 2.4e-7; DPO with FSDP2 (policy and reference sharded) 6.3e-6 and
-2.5e-6; expert iteration with FSDP2 1.3e-6 and 4.7e-7; without FSDP2, DPO, expert iteration and
+2.5e-6; expert iteration with FSDP2 1.3e-6 and 4.7e-7; instruction SFT with FSDP2 1.4e-6 and
+6.5e-7; without FSDP2, DPO, expert iteration and
 instruction SFT bitwise equal (in these settings each rank's
 micro batch is one of one process's, and the ranks' sum is the one addition one process makes).
 The tolerances are 40x to 1000x that, far below what a wrong normalizer (a factor of 2 in the
@@ -339,14 +340,19 @@ def test_sharded_ei_on_two_ranks_equals_one_process(world, tmp_path):
     assert_sharded_equals_one("ei", EI_2, world, tmp_path)
 
 
+def write_instruction_pairs(folder: Path, n_train: int) -> None:
+    """``train.jsonl`` with ``n_train`` {prompt, response} pairs and ``val.jsonl`` with 5."""
+    pairs = [(f"What is {i} + 3?", f"{i} + 3 = {i + 3}") for i in range(n_train)]
+    for name, part in (("train", pairs), ("val", pairs[:5])):
+        lines = [json.dumps({"prompt": p, "response": r}) + "\n" for p, r in part]
+        (folder / f"{name}.jsonl").write_text("".join(lines))
+
+
 def test_instruction_sft_on_two_ranks_equals_one_process(world, tmp_path):
     """Packed chunks of 16 tokens in batches of 4 (2 micro batches), 3 steps, the validation
     loss at every step: each rank accumulates its 2 chunks over the batch's token count and
     sums its share of the validation chunks."""
-    pairs = [(f"What is {i} + 3?", f"{i} + 3 = {i + 3}") for i in range(12)]
-    for name, part in (("train", pairs), ("val", pairs[:5])):
-        lines = [json.dumps({"prompt": p, "response": r}) + "\n" for p, r in part]
-        (tmp_path / f"{name}.jsonl").write_text("".join(lines))
+    write_instruction_pairs(tmp_path, 12)
     cfg = {
         "device": "cpu",
         "train_data": str(tmp_path / "train.jsonl"),
@@ -364,6 +370,39 @@ def test_instruction_sft_on_two_ranks_equals_one_process(world, tmp_path):
     only_rank_0_wrote(tmp_path / "one", tmp_path / "two")
     records = read_metrics(tmp_path / "one" / "metrics.jsonl")
     assert sum("val/loss" in r for r in records) >= 4  # step 0 and each of the 3 steps
+
+
+def test_sharded_instruction_sft_on_two_ranks_equals_one_process_and_resumes_exactly(
+    world, tmp_path
+):
+    """Instruction SFT with the model sharded, one chunk per micro batch: 8 pairs pack into 63
+    chunks of 16 tokens, so the epoch's fourth and last batch of 16 has 15 and rank 1 runs its
+    eighth micro batch as a pass of zero loss; the 5 validation chunks split 3 and 2, so rank 1
+    runs one discarded forward. Rank 0 gathers the shards into its CPU copy for checkpoint/.
+    Then the sharded run killed after step 3 (state saved after step 2) resumes to the same
+    metrics and weights."""
+    write_instruction_pairs(tmp_path, 8)
+    cfg = {
+        "device": "cpu",
+        "train_data": str(tmp_path / "train.jsonl"),
+        "val_data": str(tmp_path / "val.jsonl"),
+        "val_every": 2,
+        "seq_length": 16,
+        "batch_size": 16,
+        "gradient_accumulation_steps": 16,
+        "lr": 1e-3,
+        "save_every": 2,
+        "progress": False,
+    }
+    two = assert_sharded_equals_one("instruction-sft", cfg, world, tmp_path)
+    done = json.loads((tmp_path / "fsdp" / "done.json").read_text())
+    assert done["train_chunks"] == 63 and done["step"] == 4
+    assert [r["step"] for r in two if r["split"] == "train" and "loss" in r] == [1, 2, 3, 4]
+    assert [r["step"] for r in two if r["split"] == "train" and "val/loss" in r] == [0, 2, 4]
+    fsdp = {**cfg, "sharding": "fsdp", "oom_backoff": False}
+    killed = tmp_path / "killed"
+    assert resume_after_kill(fsdp, world, killed, command="instruction-sft") == two
+    assert_same_weights(tmp_path / "fsdp", killed)
 
 
 def test_a_world_size_that_does_not_divide_is_refused_before_any_work(world, tmp_path):
