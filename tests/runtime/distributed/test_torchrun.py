@@ -340,32 +340,32 @@ def test_sharded_ei_on_two_ranks_equals_one_process(world, tmp_path):
     assert_sharded_equals_one("ei", EI_2, world, tmp_path)
 
 
-def write_instruction_pairs(folder: Path, n_train: int) -> None:
-    """``train.jsonl`` with ``n_train`` {prompt, response} pairs and ``val.jsonl`` with 5."""
+def instruction_settings(folder: Path, n_train: int, **settings) -> dict:
+    """Instruction-SFT settings over ``train.jsonl`` (``n_train`` {prompt, response} pairs) and
+    ``val.jsonl`` (5), both written into ``folder``, packed in chunks of 16 tokens."""
     pairs = [(f"What is {i} + 3?", f"{i} + 3 = {i + 3}") for i in range(n_train)]
     for name, part in (("train", pairs), ("val", pairs[:5])):
         lines = [json.dumps({"prompt": p, "response": r}) + "\n" for p, r in part]
         (folder / f"{name}.jsonl").write_text("".join(lines))
+    return {
+        "device": "cpu",
+        "train_data": str(folder / "train.jsonl"),
+        "val_data": str(folder / "val.jsonl"),
+        "seq_length": 16,
+        "lr": 1e-3,
+        "progress": False,
+        **settings,
+    }
 
 
 def test_instruction_sft_on_two_ranks_equals_one_process(world, tmp_path):
     """Packed chunks of 16 tokens in batches of 4 (2 micro batches), 3 steps, the validation
     loss at every step: each rank accumulates its 2 chunks over the batch's token count and
     sums its share of the validation chunks."""
-    write_instruction_pairs(tmp_path, 12)
-    cfg = {
-        "device": "cpu",
-        "train_data": str(tmp_path / "train.jsonl"),
-        "val_data": str(tmp_path / "val.jsonl"),
-        "val_every": 1,
-        "seq_length": 16,
-        "batch_size": 4,
-        "gradient_accumulation_steps": 2,
-        "max_steps": 3,
-        "lr": 1e-3,
-        "save_every": 0,
-        "progress": False,
-    }
+    cfg = instruction_settings(
+        tmp_path, 12, val_every=1, batch_size=4, gradient_accumulation_steps=2, max_steps=3,
+        save_every=0,
+    )  # fmt: skip
     assert_two_ranks_equal_one("instruction-sft", cfg, world, tmp_path)
     only_rank_0_wrote(tmp_path / "one", tmp_path / "two")
     records = read_metrics(tmp_path / "one" / "metrics.jsonl")
@@ -377,23 +377,14 @@ def test_sharded_instruction_sft_on_two_ranks_equals_one_process_and_resumes_exa
 ):
     """Instruction SFT with the model sharded, one chunk per micro batch: 8 pairs pack into 63
     chunks of 16 tokens, so the epoch's fourth and last batch of 16 has 15 and rank 1 runs its
-    eighth micro batch as a pass of zero loss; the 5 validation chunks split 3 and 2, so rank 1
-    runs one discarded forward. Rank 0 gathers the shards into its CPU copy for checkpoint/.
+    eighth micro batch as a pass of zero loss; the first 5 validation chunks split 3 and 2, so
+    rank 1 runs one discarded forward. Rank 0 gathers the shards into its CPU copy for checkpoint/.
     Then the sharded run killed after step 3 (state saved after step 2) resumes to the same
     metrics and weights."""
-    write_instruction_pairs(tmp_path, 8)
-    cfg = {
-        "device": "cpu",
-        "train_data": str(tmp_path / "train.jsonl"),
-        "val_data": str(tmp_path / "val.jsonl"),
-        "val_every": 2,
-        "seq_length": 16,
-        "batch_size": 16,
-        "gradient_accumulation_steps": 16,
-        "lr": 1e-3,
-        "save_every": 2,
-        "progress": False,
-    }
+    cfg = instruction_settings(
+        tmp_path, 8, val_every=2, val_chunks=5, batch_size=16, gradient_accumulation_steps=16,
+        save_every=2,
+    )  # fmt: skip
     two = assert_sharded_equals_one("instruction-sft", cfg, world, tmp_path)
     done = json.loads((tmp_path / "fsdp" / "done.json").read_text())
     assert done["train_chunks"] == 63 and done["step"] == 4
