@@ -12,8 +12,8 @@ Every rank must then run the same forwards: the rollout engine cannot sample fro
 module (ranks decode different lengths), so it samples from a full copy of the weights of its
 own, refreshed from the shards on every sync (:class:`FullWeightsEngine`); the evaluation's
 entropy pass and the final checkpoint use that copy (instruction SFT, which has no engine,
-gathers into a CPU copy on rank 0 alone: :func:`gather_whole`); the resumable state is the gathered full
-state (:func:`full_state`, :func:`load_full_state`), loadable at any world size. A rank with
+gathers into a CPU copy on rank 0 alone: :func:`gather_whole`); the resumable state is the
+gathered full state (:func:`full_state`, :func:`load_full_state`), loadable at any world size. A rank with
 fewer micro batches in an accumulation runs passes of zero loss up to the most any rank has
 (:func:`lockstep_passes`).
 """

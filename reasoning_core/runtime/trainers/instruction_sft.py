@@ -261,8 +261,7 @@ def validation_loss(model, data: PackedSFTDataset, count: int, micro_batch_size:
 
 @dataclass
 class Tuning:
-    """What the loop works with: the run folder, the policy, its optimizer and schedule, and,
-    when the policy is sharded, rank 0's whole copy of it for the final checkpoint (else None)."""
+    """What the loop works with: the run folder, the policy, its optimizer and schedule."""
 
     cfg: InstructionSFTConfig
     run: RunContext
@@ -270,7 +269,6 @@ class Tuning:
     tokenizer: object
     optimizer: torch.optim.Optimizer
     scheduler: object
-    whole: torch.nn.Module | None = None
 
 
 def train(cfg: InstructionSFTConfig, out: str) -> dict:
@@ -300,7 +298,7 @@ def train(cfg: InstructionSFTConfig, out: str) -> dict:
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, replace(cfg, warmup_steps=warm), total)
     counters = run.resume(model, optimizer, scheduler)
-    t = Tuning(cfg, run, model, tokenizer, optimizer, scheduler, whole)
+    t = Tuning(cfg, run, model, tokenizer, optimizer, scheduler)
     info = {"train_chunks": len(data), "train_tokens": data.n_tokens, "val_chunks": n_val,
             "seq_length": cfg.seq_length, "dtype": dtype, "attn_implementation": attn,
             "warmup_steps": warm, "total_steps": total}  # fmt: skip
