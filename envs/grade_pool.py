@@ -1,8 +1,12 @@
 """The grading worker processes of `envs.grader.grade_batch`: a worker is a fresh interpreter
 started with `subprocess` that scores one item at a time (`_worker_main`); the pool
-(`_Pool`) dispatches items, enforces each one's deadline by killing and replacing the worker
+(`Pool`) dispatches items, enforces each one's deadline by killing and replacing the worker
 that misses it, and scores 0 what timed out, raised or lost its worker (counted in the call's
-`GradeStats`)."""
+`GradeStats`).
+
+Imports only `envs.grade_stats` of the grading modules: the reward functions reach a worker
+pickled by reference, and ask `in_worker()` whether they run in one (there the kill is the
+time limit, so math-verify runs in-process and without its own alarm)."""
 
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ import time
 from collections import deque
 from multiprocessing.connection import Connection, wait
 
-from envs.rewards import ZERO
+from envs.grade_stats import ZERO, check_result
 
 # The pool's messages go to the logger of the module users call (`envs.grader`).
 log = logging.getLogger("envs.grader")
@@ -24,24 +28,34 @@ log = logging.getLogger("envs.grader")
 #: a worker that has not signalled readiness this long after start is treated as broken
 STARTUP_TIMEOUT = 120.0
 
+# Set in a worker process by `_worker_main`.
+_IN_WORKER = False
+
+
+def in_worker() -> bool:
+    """Does this process grade items for a pool (see the module docstring)?"""
+    return _IN_WORKER
+
 
 # ----------------------------------------------------------------------------- worker side
 
 
 def _worker_main(read_fd: int, write_fd: int) -> None:
     """Entry point of a grading worker process (see `_Worker`)."""
-    from multiprocessing.connection import Connection
-
-    from envs import rewards
-
-    rewards.MATH_VERIFY_TIMEOUT = None  # the parent's hard kill is the time limit
-    rewards.HARD_TIME_LIMIT = None  # so math-verify runs here, not in a further worker
+    global _IN_WORKER
+    _IN_WORKER = True  # the parent's hard kill is the time limit: no alarm, no further worker
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     # Import math-verify (sympy, the LaTeX parser) and run it once before reporting ready, so
     # that the per-item limit times grading and not a fresh worker's ~0.3 s (more under load)
     # first import, which could otherwise score a correct answer 0 after each replacement.
     try:
-        rewards.math_verify_match("1/2", "0.5")
+        from math_verify import parse, verify
+
+        verify(
+            parse("\\boxed{0.5}", parsing_timeout=None),
+            parse("\\boxed{1/2}", parsing_timeout=None),
+            timeout_seconds=None,
+        )
     except Exception:  # grading a math item will report the problem
         pass
     inbox = Connection(read_fd, writable=False)
@@ -57,14 +71,10 @@ def _worker_main(read_fd: int, write_fd: int) -> None:
         index, fn_bytes, response, ground_truth = msg
         try:
             fn = pickle.loads(fn_bytes)
-            result = _check_result(fn(response, ground_truth))
+            result = check_result(fn(response, ground_truth))
             outbox.send(("ok", index, result))
         except Exception as e:  # a failing reward function must not take the worker down
             outbox.send(("error", index, f"{type(e).__name__}: {str(e)[:200]}"))
-
-
-def _check_result(result) -> dict[str, float]:
-    return {k: float(result[k]) for k in ("reward", "format_reward", "answer_reward")}
 
 
 # ----------------------------------------------------------------------------- parent side
@@ -128,7 +138,7 @@ class _Worker:
             self.kill()
 
 
-class _Pool:
+class Pool:
     """A fixed number of single-item workers that can be killed and replaced one by one."""
 
     #: this many workers in a row dying before they are ready means the pool cannot start

@@ -1,7 +1,12 @@
 """What one `grade_batch` call reports: `GradeStats` (counts, indices, latencies) and
 `GradeResults` (the reward dicts in input order, with the stats), and `METRIC_KEYS`, the keys
 under which train and eval metric lines and `summary.json` carry the counts
-(`envs.grader` re-exports all three)."""
+(`envs.grader` re-exports all three); and one item's result: `ZERO`, the score of a failed
+item, and `check_result`, a reward function's dict as plain floats.
+
+The bottom of the grading modules: it imports none of them. Above it `envs.grade_pool` (the
+worker processes), then `envs.grader` (`grade_batch`), then `envs.rewards` (the reward
+functions, which call `envs.grader` for the hard time limit)."""
 
 from __future__ import annotations
 
@@ -9,6 +14,18 @@ from dataclasses import dataclass, field
 
 #: the metric keys of `GradeStats.metrics()`, logged on every train and eval line
 METRIC_KEYS = ("grade/timeouts", "grade/errors")
+
+#: the keys of every reward function's result
+RESULT_KEYS = ("reward", "format_reward", "answer_reward")
+
+#: the result of an item that scores nothing (bad format, or grading failed)
+ZERO = dict.fromkeys(RESULT_KEYS, 0.0)
+
+
+def check_result(result) -> dict[str, float]:
+    """A reward function's result as a dict of exactly `RESULT_KEYS`, as floats (KeyError when
+    one is missing)."""
+    return {k: float(result[k]) for k in RESULT_KEYS}
 
 
 @dataclass

@@ -50,9 +50,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from envs.grade_pool import _check_result, _Pool
-from envs.grade_stats import METRIC_KEYS, GradeResults, GradeStats
-from envs.rewards import ZERO
+from envs.grade_pool import Pool
+from envs.grade_stats import METRIC_KEYS, ZERO, GradeResults, GradeStats, check_result
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +67,7 @@ __all__ = [
 DEFAULT_TIMEOUT = 5.0
 
 
-_POOL: _Pool | None = None
+_POOL: Pool | None = None
 _POOL_LOCK = threading.Lock()
 
 
@@ -133,7 +132,7 @@ def grade_batch(
                 decided = dict(ZERO)
                 stats._record_error(i, f"{type(e).__name__}: {str(e)[:200]}")
             if decided is not None:
-                out[i] = _check_result(decided)
+                out[i] = check_result(decided)
                 stats.fast += 1
                 stats.latencies.append(time.monotonic() - t)
                 continue
@@ -159,7 +158,7 @@ def grade_batch(
             n = num_workers or default_num_workers()
             if _POOL is None or _POOL.num_workers != n:
                 _shutdown()
-                _POOL = _Pool(n)
+                _POOL = Pool(n)
             _POOL.run(fn_bytes, pending, timeout, out, stats)
 
     stats.seconds = time.monotonic() - t0

@@ -47,20 +47,22 @@ from collections.abc import Callable
 from functools import lru_cache
 
 from envs.countdown import check_countdown_answer
+from envs.grade_pool import in_worker
+from envs.grade_stats import ZERO
+from envs.grader import grade_one
 from envs.numbers import numbers_equal, parse_number, sympy_numbers_equal
 
 #: seconds math-verify may spend per parse / comparison when called on the main thread;
-#: None disables its (signal.alarm) timeout. Worker processes of `grade_batch` set None and
+#: None disables its (signal.alarm) timeout. Worker processes of `grade_batch` ignore it and
 #: rely on their hard per-item limit instead.
 MATH_VERIFY_TIMEOUT: int | None = 5
 
 #: seconds an answer that needs math-verify may take, enforced by killing the grading worker
-#: process that runs it; None runs math-verify in the calling process (grading workers do).
+#: process that runs it; None runs math-verify in the calling process (grading workers always
+#: do).
 HARD_TIME_LIMIT: float | None = 5.0
 #: longest math-verify log message passed on (a message quoting a huge answer is cut)
 LOG_MESSAGE_LIMIT = 300
-
-ZERO = {"reward": 0.0, "format_reward": 0.0, "answer_reward": 0.0}
 
 
 class _ShortMessages(logging.Filter):
@@ -246,7 +248,7 @@ def cheap_match(pred: str, gold: str) -> bool | None:
 
 
 def _mv_timeout() -> int | None:
-    if threading.current_thread() is threading.main_thread():
+    if threading.current_thread() is threading.main_thread() and not in_worker():
         return MATH_VERIFY_TIMEOUT
     return None
 
@@ -278,10 +280,8 @@ def _math_verify_reward(pred: str, gold: str) -> dict[str, float]:
 def math_verify_match(pred: str, gold: str) -> bool:
     """`_math_verify_inline` under the hard time limit `HARD_TIME_LIMIT` (see the module
     docstring): False when it overruns."""
-    if HARD_TIME_LIMIT is None:
+    if HARD_TIME_LIMIT is None or in_worker():
         return _math_verify_inline(pred, gold)
-    from envs.grader import grade_one
-
     return grade_one(_math_verify_reward, pred, gold, timeout=HARD_TIME_LIMIT)["reward"] == 1.0
 
 

@@ -2,14 +2,16 @@
 
 ``reasoning_core/runtime`` is split by concern into subpackages, each of which may import only
 the ones below it (its ``__init__`` says which). This reads every import statement of every
-module (module level, inside functions and under ``if``), and the module names given to
-``importlib.import_module`` as string literals, and checks:
+module of ``reasoning_core`` and of the tasks package ``envs`` (module level, inside functions
+and under ``if``), and the module names given to ``importlib.import_module`` as string
+literals, and checks:
 
-* the core (``reasoning_core`` outside ``runtime``) never imports the runtime;
+* the core (``reasoning_core`` outside ``runtime``) never imports the runtime or ``envs``;
+* ``envs`` imports nothing of ``reasoning_core`` (the runtime imports it, not the reverse);
 * each part imports only parts of its own layer's package or of lower layers (:data:`LAYERS`);
 * nothing imports a trainer but its own package (the command registry names trainers, it
   does not import them), so engines and everything else stay free of trainers;
-* no circle among the modules, counting the imports inside functions;
+* no circle among the modules of both packages, counting the imports inside functions;
 * no Python module sits directly under ``runtime/`` but the entry point, the command registry
   and the errors.
 
@@ -30,10 +32,13 @@ from pathlib import Path
 import pytest
 from project_root import ROOT
 
+import envs
 import reasoning_core
 
 PACKAGE = ROOT / "reasoning_core"
 RUNTIME = "reasoning_core.runtime"
+# The packages whose imports are read: the core with its runtime, and the tasks.
+PACKAGES = (reasoning_core, envs)
 
 # The runtime's parts, bottom layer first. A module may import modules of its own part and of
 # parts on a lower layer; parts on one layer do not import each other.
@@ -51,18 +56,25 @@ TOP_LEVEL_MODULES = {"__init__.py", "cli.py", "commands.py", "errors.py"}
 
 
 def project_modules() -> dict[str, Path]:
-    """Every module and package of ``reasoning_core`` (``__main__`` modules left out: they
-    run a command when imported) -> its file."""
-    modules = {"reasoning_core": PACKAGE / "__init__.py"}
-    for info in pkgutil.walk_packages(reasoning_core.__path__, "reasoning_core."):
-        if info.name.endswith(".__main__"):
-            continue
-        relative = Path(*info.name.split(".")[1:])
-        if info.ispkg:
-            modules[info.name] = PACKAGE / relative / "__init__.py"
-        else:
-            modules[info.name] = PACKAGE / relative.with_suffix(".py")
+    """Every module and package of ``reasoning_core`` and ``envs`` (``__main__`` modules left
+    out: they run a command when imported) -> its file."""
+    modules = {}
+    for package in PACKAGES:
+        top = Path(package.__file__).parent
+        modules[package.__name__] = top / "__init__.py"
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            if info.name.endswith(".__main__"):
+                continue
+            relative = Path(*info.name.split(".")[1:])
+            if info.ispkg:
+                modules[info.name] = top / relative / "__init__.py"
+            else:
+                modules[info.name] = top / relative.with_suffix(".py")
     return modules
+
+
+def in_package(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
 
 
 def _resolve(name: str, modules: dict[str, Path]) -> str | None:
@@ -190,11 +202,36 @@ def test_a_layer_violation_is_named():
     ]
 
 
-def test_the_core_never_imports_the_runtime():
+def test_the_core_never_imports_the_runtime_or_the_tasks():
     graph = import_graph()
-    core = [m for m in graph if not m.startswith(RUNTIME)]
+    core = [m for m in graph if in_package(m, "reasoning_core") and not in_package(m, RUNTIME)]
     assert len(core) >= 8
-    assert [(m, i) for m in core for i in graph[m] if i.startswith(RUNTIME)] == []
+    bad = [
+        (m, i) for m in core for i in graph[m] if in_package(i, RUNTIME) or in_package(i, "envs")
+    ]
+    assert bad == []
+
+
+def test_the_tasks_import_nothing_of_reasoning_core():
+    graph = import_graph()
+    tasks = [m for m in graph if in_package(m, "envs")]
+    assert {"envs.rewards", "envs.grader", "envs.grade_pool", "envs.grade_stats"} <= set(tasks)
+    assert [(m, i) for m in tasks for i in graph[m] if in_package(i, "reasoning_core")] == []
+
+
+def test_the_grading_modules_import_one_way():
+    """rewards -> grader -> grade_pool -> grade_stats, and never back (the reward functions
+    reach a worker pickled by reference, not imported by the pool)."""
+    graph = import_graph()
+    order = ["envs.grade_stats", "envs.grade_pool", "envs.grader", "envs.rewards"]
+    upward = [
+        f"{m} imports {i}"
+        for below, m in enumerate(order)
+        for i in graph[m]
+        if i in order and order.index(i) > below
+    ]
+    assert upward == []
+    assert "envs.grader" in graph["envs.rewards"]  # the hard time limit
 
 
 def test_every_import_points_down_a_layer():
@@ -216,7 +253,9 @@ def test_nothing_imports_a_trainer_but_its_own_package():
 
 
 def test_no_import_circle_counting_imports_inside_functions():
-    cycle = find_cycle(import_graph())
+    graph = import_graph()
+    assert any(in_package(m, "envs") for m in graph)  # the tasks are read too
+    cycle = find_cycle(graph)
     assert cycle is None, " -> ".join(cycle)
 
 
@@ -245,7 +284,7 @@ def test_the_registry_names_every_command_module_that_exists():
 
     modules = project_modules()
     for name, command in COMMANDS.items():
-        assert command.module in modules or command.module.startswith("envs."), name
+        assert command.module in modules, name
 
 
 @pytest.mark.slow
