@@ -32,7 +32,7 @@ Static-engine modes: ``graphs`` (eager decode step captured as CUDA graphs) and 
 with length (the dynamic cache is re-copied every step), so its rate over 256 tokens flatters
 it and the static/HF ratio is a lower bound.
 
-    PYTHONPATH=$PWD python3 benchmarks/rollout_gpu.py --out benchmarks/h200
+    PYTHONPATH=$PWD python3 benchmarks/rollout_gpu.py --out benchmarks/records/h200
     python benchmarks/rollout_gpu.py --tiny --out /tmp/rollout_gpu   # CPU, seconds
     python benchmarks/rollout_gpu.py --preset tiny-world --out /tmp/rg  # CPU, the tiny-world shape
 

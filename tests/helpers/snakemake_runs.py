@@ -1,7 +1,7 @@
 """Running the repository's Snakefile from tests, and reading what it plans.
 
 Shared by the workflow tests (tests/workflow/) and the GPU study's test
-(tests/benchmarks/test_gpu_study.py).
+(tests/tools/test_gpu_study.py).
 """
 
 from __future__ import annotations

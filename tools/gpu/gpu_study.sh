@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The gpu_math study on one GPU (see benchmarks/gpu_study.py for what it runs and writes).
+# The gpu_math study on one GPU (see tools/gpu/gpu_study.py for what it runs and writes).
 #
-# Here, once (network):  .venv/bin/python benchmarks/gpu_study.py prepare   # fills .gpu_study/
+# Here, once (network):  .venv/bin/python tools/gpu/gpu_study.py prepare   # fills .gpu_study/
 # On the GPU machine (.gpu_study carried, $OUT set), as one command:
-#   bash benchmarks/gpu_study.sh [--budget-seconds 540]
+#   bash tools/gpu/gpu_study.sh [--budget-seconds 540]
 # On any machine, the same code at toy size on CPU:
-#   PYTHON=.venv/bin/python bash benchmarks/gpu_study.sh --tiny --out /tmp/gpu_study
+#   PYTHON=.venv/bin/python bash tools/gpu/gpu_study.sh --tiny --out /tmp/gpu_study
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
 case " $* " in
   *" --tiny "*) ;;  # CPU check: the environment has everything; the wheels are for Python 3.12
@@ -18,9 +18,9 @@ case " $* " in
       export PYTHONPATH=/tmp/gpu_study_site${PYTHONPATH:+:$PYTHONPATH}
       export PATH=/tmp/gpu_study_site/bin:$PATH
     else
-      echo "no .gpu_study/wheels: run 'python benchmarks/gpu_study.py prepare' here first" >&2
+      echo "no .gpu_study/wheels: run 'python tools/gpu/gpu_study.py prepare' here first" >&2
     fi
     ;;
 esac
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-exec "$PY" benchmarks/gpu_study.py run "$@"
+exec "$PY" tools/gpu/gpu_study.py run "$@"

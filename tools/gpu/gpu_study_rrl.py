@@ -1,4 +1,4 @@
-"""`rrl` with a record of each run: what benchmarks/gpu_study.py puts first on PATH.
+"""`rrl` with a record of each run: what tools/gpu/gpu_study.py puts first on PATH.
 
 Runs ``reasoning_core.runtime.cli.main`` in this process with the given arguments, then
 appends one JSON line to the file named by ``$RRL_JOB_STATS``::

@@ -1,4 +1,4 @@
-"""The prepared GPU study (benchmarks/gpu_study.py) must not rot: its reduced configuration
+"""The prepared GPU study (tools/gpu/gpu_study.py) must not rot: its reduced configuration
 plans one job per family with a GPU each, every setting it passes names a real trainer setting,
 the `rrl` wrapper records exit status and time, and the wheel list is computable. The whole
 script runs end to end with ``--tiny`` (about 10 minutes on the 2-core machine), by hand."""
@@ -16,8 +16,8 @@ from snakemake_runs import known_settings, planned_jobs, resources, snakemake
 
 
 def _load_gpu_study():
-    """benchmarks/gpu_study.py as the module ``gpu_study`` (a script, not a package module)."""
-    return load_script("benchmarks/gpu_study.py")
+    """tools/gpu/gpu_study.py as the module ``gpu_study`` (a script, not a package module)."""
+    return load_script("tools/gpu/gpu_study.py")
 
 
 gpu_study = _load_gpu_study()
@@ -73,7 +73,7 @@ def test_every_setting_the_study_passes_is_a_real_setting():
 def test_rrl_wrapper_records_status_and_time(tmp_path):
     stats = tmp_path / "stats.jsonl"
     env = {**os.environ, "RRL_JOB_STATS": str(stats), "PYTHONPATH": str(ROOT)}
-    shim = [sys.executable, str(ROOT / "benchmarks/gpu_study_rrl.py")]
+    shim = [sys.executable, str(ROOT / "tools/gpu/gpu_study_rrl.py")]
     ok = subprocess.run([*shim, "--help"], env=env, capture_output=True, text=True)
     bad = subprocess.run(
         [*shim, "sft", "--out", str(tmp_path / "run")], env=env, capture_output=True, text=True
@@ -95,8 +95,8 @@ def test_wheel_list_covers_what_the_device_lacks():
 
 
 def _offline_session(tmp_path, *args, **env):
-    """benchmarks/gpu_offline_session.sh with PYTHON a stub that logs the benchmark scripts it is
-    asked to run (and sleeps ``STUB_SLEEP`` seconds when it is rollout_gpu.py) instead of
+    """tools/gpu/gpu_offline_session.sh with PYTHON a stub that logs the scripts it is asked
+    to run (and sleeps ``STUB_SLEEP`` seconds when it is rollout_gpu.py) instead of
     running anything. Other calls (gpu_study.sh's ``-m pip install`` of the wheels, made when
     ``.gpu_study/`` has been prepared in this checkout) succeed and are not logged."""
     tmp_path.mkdir(parents=True, exist_ok=True)
@@ -104,13 +104,13 @@ def _offline_session(tmp_path, *args, **env):
     stub = tmp_path / "python"
     stub.write_text(
         "#!/usr/bin/env bash\n"
-        f'case "$1" in benchmarks/*) echo "$*" >> {calls} ;; esac\n'
+        f'case "$1" in benchmarks/*|tools/*) echo "$*" >> {calls} ;; esac\n'
         'case "$1" in *rollout_gpu.py) sleep "${STUB_SLEEP:-0}" ;; esac\n'
     )
     stub.chmod(0o755)
     env = {**os.environ, "PYTHON": str(stub), **env}
     env.pop("OUT", None)
-    script = str(ROOT / "benchmarks/gpu_offline_session.sh")
+    script = str(ROOT / "tools/gpu/gpu_offline_session.sh")
     result = subprocess.run(["bash", script, *args], env=env, capture_output=True, text=True)
     lines = calls.read_text().splitlines() if calls.exists() else []
     return result, lines
@@ -124,7 +124,7 @@ def test_offline_session_runs_the_rollout_benchmark_then_the_study_within_its_bu
     assert result.returncode == 0, result.stderr + result.stdout
     rollout, study = calls
     assert rollout == f"benchmarks/rollout_gpu.py --out {out} --tiny"
-    assert study.startswith(f"benchmarks/gpu_study.py run --tiny --out {out} --budget-seconds ")
+    assert study.startswith(f"tools/gpu/gpu_study.py run --tiny --out {out} --budget-seconds ")
     assert 495 <= int(study.split()[-1]) <= 500
 
     env = {"TOTAL_SECONDS": "500", "ROLLOUT_SECONDS": "1", "STUB_SLEEP": "5"}

@@ -6,19 +6,19 @@
 #      GPU, then its new tokens/s with CUDA graphs (then compiled) at 64 and 256 rows against
 #      the HF engine; stopped after ROLLOUT_SECONDS (default 180): it rewrites its JSON after
 #      each measurement, so what was measured by then is kept;
-#   2. benchmarks/gpu_study.sh: every family of the gpu_math DAG at reduced size on the
+#   2. tools/gpu/gpu_study.sh: every family of the gpu_math DAG at reduced size on the
 #      random-init Qwen2.5-Math-1.5B, then the full-size GRPO step if time is left, within
 #      what is left of TOTAL_SECONDS (default 560).
 #
-# Beforehand, with network:  .venv/bin/python benchmarks/gpu_study.py prepare   # fills .gpu_study/
+# Beforehand, with network:  .venv/bin/python tools/gpu/gpu_study.py prepare   # fills .gpu_study/
 # On the GPU machine:        bring the checkout with .gpu_study/, set OUT, then
-#                            bash benchmarks/gpu_offline_session.sh             # files into $OUT
-# The same code on CPU:      PYTHON=.venv/bin/python bash benchmarks/gpu_offline_session.sh --tiny --out DIR
+#                            bash tools/gpu/gpu_offline_session.sh             # files into $OUT
+# The same code on CPU:      PYTHON=.venv/bin/python bash tools/gpu/gpu_offline_session.sh --tiny --out DIR
 #
 # $OUT receives 7 files: rollout_gpu_<date>.json/.log, gpu_study.json, gpu_study.log,
 # snakemake.log, full_step.log, results.tar.gz (docs/gpu.md says what each holds).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
 tiny=()
 out=${OUT:-}
@@ -44,7 +44,7 @@ rc_rollout=$?
 
 left=$((total - (SECONDS - start)))
 echo "[gpu_offline_session] gpu_study.sh with ${left} s of budget"
-PYTHON="$PY" bash benchmarks/gpu_study.sh "${tiny[@]}" --out "$out" --budget-seconds "$left"
+PYTHON="$PY" bash tools/gpu/gpu_study.sh "${tiny[@]}" --out "$out" --budget-seconds "$left"
 rc_study=$?
 
 echo "[gpu_offline_session] rollout_gpu rc ${rc_rollout}, gpu_study rc ${rc_study}, $((SECONDS - start)) s in all"

