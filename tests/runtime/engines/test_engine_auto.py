@@ -12,6 +12,7 @@ import json
 
 import pytest
 import yaml
+from micro_world import sets
 from project_root import ROOT
 from tiny_model import save_tiny_model
 
@@ -215,15 +216,8 @@ def test_a_trainers_vllm_engine_computes_in_the_policys_dtype(model_dir, monkeyp
 
 def test_rrl_eval_auto_on_cpu_records_the_engine(model_dir, tmp_path, capsys):
     out = tmp_path / "eval"
-    argv = [
-        "--set",
-        f"model_path={model_dir}",
-        "--set",
-        "task=arithmetic",
-        "--set",
-        "eval_examples=2",
-    ]
-    argv += ["--set", "engine=auto", "--set", "device=cpu", "--set", "eval_max_tokens=8"]
+    settings = {"model_path": str(model_dir), "task": "arithmetic", "eval_examples": 2}
+    argv = sets({**settings, "engine": "auto", "device": "cpu", "eval_max_tokens": 8})
     assert evaluate.main([*argv, "--out", str(out)]) == 0
     assert json.loads((out / "done.json").read_text())["engine"] == "hf"
     assert "[eval] rollout engine: hf (engine: auto)" in capsys.readouterr().err

@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from micro_world import sets
 from tiny_model import build_model, build_tokenizer, save_tiny_model
 
 from reasoning_core.runtime.engines import ENGINE_DEFAULT
@@ -121,19 +122,19 @@ def model_dir(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("model") / "m")
 
 
-def test_rrl_eval_writes_run_folder(tmp_path, monkeypatch, examples, model_dir, capsys):
+@pytest.fixture
+def six_problems(model_dir):
+    """The `rrl eval` settings of the end-to-end tests: the tiny model, six arithmetic problems
+    (a fresh list per test, to extend)."""
+    return sets({"model_path": str(model_dir), "task": "arithmetic", "eval_examples": 6})
+
+
+def test_rrl_eval_writes_run_folder(tmp_path, monkeypatch, examples, six_problems, capsys):
     """The command end to end; the engine is scripted so the counts are known."""
     engine = ScriptedEngine(scripted_for(examples))
     monkeypatch.setattr(evaluate, "build_engine", lambda cfg: engine)
     out = tmp_path / "run"
-    argv = [
-        "--set",
-        f"model_path={model_dir}",
-        "--set",
-        "task=arithmetic",
-        "--set",
-        "eval_examples=6",
-    ]
+    argv = six_problems
     assert evaluate.main([*argv, "--set", "eval_split=test", "--out", str(out)]) == 0
     assert engine.calls[0][1].temperature == 1.0 and engine.calls[0][1].stop == ["</answer>"]
 
@@ -172,19 +173,12 @@ def test_rrl_eval_writes_run_folder(tmp_path, monkeypatch, examples, model_dir, 
     assert f"{out} is already complete (done.json)" in capsys.readouterr().err
 
 
-def test_rrl_eval_samples_with_its_seed_setting(tmp_path, monkeypatch, examples, model_dir):
+def test_rrl_eval_samples_with_its_seed_setting(tmp_path, monkeypatch, examples, six_problems):
     """Zero-shot runs once per seed of the study (`rrl eval --set seed=N`): seed N must reach
     the engine, so that zero-shot seed N draws what a trainer's step 0 with seed N draws."""
     engine = ScriptedEngine(scripted_for(examples))
     monkeypatch.setattr(evaluate, "build_engine", lambda cfg: engine)
-    argv = [
-        "--set",
-        f"model_path={model_dir}",
-        "--set",
-        "task=arithmetic",
-        "--set",
-        "eval_examples=6",
-    ]
+    argv = six_problems
     for seed in (0, 3):
         out = tmp_path / f"seed{seed}"
         assert evaluate.main([*argv, "--set", f"seed={seed}", "--out", str(out)]) == 0
@@ -216,7 +210,7 @@ def test_bad_eval_config_is_named(tmp_path, capsys):
 
 
 def test_interrupted_eval_leaves_nothing_marked_complete_and_reruns(
-    tmp_path, monkeypatch, examples, model_dir
+    tmp_path, monkeypatch, examples, six_problems
 ):
     """Stopped mid-generation (Ctrl-C; kill -9 stops at the same point or earlier), the run
     folder holds only config.yaml: no done.json for Snakemake or `rrl summary` to count, no
@@ -230,14 +224,7 @@ def test_interrupted_eval_leaves_nothing_marked_complete_and_reruns(
             return super().generate(prompts, params)
 
     out = tmp_path / "results" / "zero_shot"
-    argv = [
-        "--set",
-        f"model_path={model_dir}",
-        "--set",
-        "task=arithmetic",
-        "--set",
-        "eval_examples=6",
-    ]
+    argv = six_problems
     argv += ["--set", "eval_batch_size=2", "--out", str(out)]
     monkeypatch.setattr(evaluate, "build_engine", lambda cfg: Interrupted(scripted_for(examples)))
     with pytest.raises(KeyboardInterrupt):
@@ -298,14 +285,7 @@ def test_bad_data_path_is_named_and_leaves_no_run_folder(model_dir, tmp_path, ca
     data.write_text('{"id": "a", "question": "1+1", "ground_truth": 2}\n{"id": ')
     for path, needle in [(tmp_path / "nope.jsonl", "nope.jsonl: file not found"), (data, ":2:")]:
         out = tmp_path / "run"
-        argv = [
-            "--set",
-            f"model_path={model_dir}",
-            "--set",
-            "task=arithmetic",
-            "--set",
-            "engine=hf",
-        ]
+        argv = sets({"model_path": str(model_dir), "task": "arithmetic", "engine": "hf"})
         assert evaluate.main([*argv, "--set", f"data_path={path}", "--out", str(out)]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"rrl eval: setting 'data_path': {path}") and needle in err, err
@@ -367,21 +347,14 @@ class TwoSampleEngine(ScriptedEngine):
 
 
 def test_rrl_eval_with_several_samples_per_example(
-    tmp_path, monkeypatch, task, examples, model_dir
+    tmp_path, monkeypatch, task, examples, six_problems
 ):
     """samples_per_problem=2: every sample is graded and counted; means are over responses, the example count
     (done.json, summary) over examples."""
     truths = {task.format_prompt(ex, "r1_zero"): ex.ground_truth for ex in examples}
     monkeypatch.setattr(evaluate, "build_engine", lambda cfg: TwoSampleEngine(truths))
     out = tmp_path / "run"
-    argv = [
-        "--set",
-        f"model_path={model_dir}",
-        "--set",
-        "task=arithmetic",
-        "--set",
-        "eval_examples=6",
-    ]
+    argv = six_problems
     assert evaluate.main([*argv, "--set", "samples_per_problem=2", "--out", str(out)]) == 0
     lines = (out / "generations" / "step_000000.jsonl").read_text().splitlines()
     records = [json.loads(x) for x in lines]
@@ -403,7 +376,7 @@ def test_rrl_eval_with_several_samples_per_example(
 
 
 def test_rerun_after_a_crash_before_done_json_logs_one_eval_line(
-    tmp_path, monkeypatch, examples, model_dir
+    tmp_path, monkeypatch, examples, six_problems
 ):
     """A run killed after its eval line but before done.json is redone; its metrics.jsonl
     must then hold only the new line, not the stale one too."""
@@ -415,14 +388,7 @@ def test_rerun_after_a_crash_before_done_json_logs_one_eval_line(
     monkeypatch.setattr(
         evaluate, "build_engine", lambda cfg: ScriptedEngine(scripted_for(examples))
     )
-    argv = [
-        "--set",
-        f"model_path={model_dir}",
-        "--set",
-        "task=arithmetic",
-        "--set",
-        "eval_examples=6",
-    ]
+    argv = six_problems
     assert evaluate.main([*argv, "--out", str(out)]) == 0
     (line,) = (out / "metrics.jsonl").read_text().splitlines()
     assert json.loads(line)["accuracy"] == pytest.approx(2 / 6)
