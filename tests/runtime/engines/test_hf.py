@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import sampling_table
 import torch
 from tiny_model import (
     LONG_PROMPT,
@@ -145,30 +146,14 @@ def test_sync_weights_copies_state(model, tokenizer):
     assert engine.generate(PROMPTS, GREEDY) == reference.generate(PROMPTS, GREEDY)
 
 
-def _frequencies(temperature, top_p, probs=(0.5, 0.3, 0.2), rows=20000):
-    logits = torch.tensor(probs).log().expand(rows, -1)
+@sampling_table.temperature_and_top_p
+def test_sample_tokens_follows_temperature_and_top_p(temperature, top_p, expected):
+    logits = sampling_table.logits()
     gen = torch.Generator().manual_seed(0)
     tokens, drawn = sample_with_logprobs(logits, temperature, top_p, gen)
     again = sample_tokens(logits, temperature, top_p, torch.Generator().manual_seed(0))
     assert torch.equal(again, tokens)  # the same draws, with or without the log-probs
-    return torch.bincount(tokens, minlength=len(probs)).float() / rows, tokens, drawn
-
-
-@pytest.mark.parametrize(
-    ("temperature", "top_p", "expected"),
-    [
-        (1.0, 1.0, [0.5, 0.3, 0.2]),
-        (0.5, 1.0, [25 / 38, 9 / 38, 4 / 38]),  # softmax(logits / T): p**2, renormalized
-        (1.0, 0.6, [5 / 8, 3 / 8, 0.0]),  # nucleus: the smallest prefix whose mass reaches 0.6
-        (1.0, 0.5, [1.0, 0.0, 0.0]),  # the top token alone reaches 0.5
-        (0.0, 1.0, [1.0, 0.0, 0.0]),  # greedy
-    ],
-)
-def test_sample_tokens_follows_temperature_and_top_p(temperature, top_p, expected):
-    freq, tokens, drawn = _frequencies(temperature, top_p)
-    torch.testing.assert_close(freq, torch.tensor(expected), atol=0.015, rtol=0)
-    # each token's sampling log-prob is that of the distribution the draws follow
-    torch.testing.assert_close(drawn, torch.tensor(expected).log()[tokens])
+    sampling_table.assert_follows(tokens, drawn, expected)
 
 
 def test_tiny_top_p_is_greedy(engine):

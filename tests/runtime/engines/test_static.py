@@ -11,6 +11,7 @@ import copy
 import json
 
 import pytest
+import sampling_table
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -306,33 +307,17 @@ def test_property_greedy_equals_hf_engine_for_any_lengths_and_batches(
     assert_same(ours.generate(prompts, params), hf.generate(prompts, params))
 
 
-def _frequencies(temperature, top_p, probs=(0.5, 0.3, 0.2), rows=20000):
-    logits = torch.tensor(probs).log().expand(rows, -1).contiguous()
+@sampling_table.temperature_and_top_p
+def test_device_sampling_follows_temperature_and_top_p(temperature, top_p, expected):
+    logits = sampling_table.logits()
     params = SamplingParams(temperature=temperature, top_p=top_p, stop=[])
-    count = torch.zeros(rows, dtype=torch.long)
-    no_eos = torch.zeros(len(probs), dtype=torch.bool)
+    count = torch.zeros(len(logits), dtype=torch.long)
+    no_eos = torch.zeros(len(sampling_table.PROBS), dtype=torch.bool)
     gen = torch.Generator().manual_seed(0)
     tokens, logp, _, drawn = sample_on_device(logits, count, no_eos, params, gen)
-    torch.testing.assert_close(logp, torch.tensor(probs).log()[tokens])
-    return torch.bincount(tokens, minlength=len(probs)).float() / rows, tokens, drawn
-
-
-@pytest.mark.parametrize(
-    ("temperature", "top_p", "expected"),
-    [
-        (1.0, 1.0, [0.5, 0.3, 0.2]),
-        (0.5, 1.0, [25 / 38, 9 / 38, 4 / 38]),  # softmax(logits / T): p**2, renormalized
-        (1.0, 0.6, [5 / 8, 3 / 8, 0.0]),  # nucleus: the smallest prefix whose mass reaches 0.6
-        (1.0, 0.5, [1.0, 0.0, 0.0]),  # the top token alone reaches 0.5
-        (0.0, 1.0, [1.0, 0.0, 0.0]),  # greedy
-    ],
-)
-def test_device_sampling_follows_temperature_and_top_p(temperature, top_p, expected):
-    """20,000 draws: a frequency's standard error is at most 0.0035, the tolerance 4.3x it."""
-    freq, tokens, drawn = _frequencies(temperature, top_p)
-    torch.testing.assert_close(freq, torch.tensor(expected), atol=0.015, rtol=0)
-    # each token's sampling log-prob is that of the distribution the draws follow
-    torch.testing.assert_close(drawn, torch.tensor(expected).log()[tokens])
+    # the policy's log-probs, at temperature 1 and before top_p
+    torch.testing.assert_close(logp, torch.tensor(sampling_table.PROBS).log()[tokens])
+    sampling_table.assert_follows(tokens, drawn, expected)
 
 
 @pytest.mark.parametrize(
