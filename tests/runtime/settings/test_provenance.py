@@ -7,21 +7,18 @@ model, ATen's kernels, thread count); a saved config.yaml still works as
 
 from __future__ import annotations
 
-import json
 import subprocess
-from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from micro_world import sets
 
 from reasoning_core.runtime.errors import ConfigError
 from reasoning_core.runtime.run.resume import RESUME_MAY_CHANGE, check_same_settings
 from reasoning_core.runtime.settings import config, provenance
-from reasoning_core.runtime.tinyworld import main as tiny_world_main
 from reasoning_core.runtime.trainers import sft
 
-WORLD = ["steps=6", "batch_size=8", "tokenizer_docs=2000", "log_every=2"]
 SFT = {
     "task": "arithmetic",
     "eval_examples": 4,
@@ -34,17 +31,6 @@ SFT = {
     "gradient_accumulation_steps": 2,
     "lr": 1e-3,
 }
-
-
-def sets(values: dict) -> list[str]:
-    return [a for k, v in values.items() for a in ("--set", f"{k}={json.dumps(v)}")]
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("world")
-    assert tiny_world_main([a for p in WORLD for a in ("--set", p)] + ["--out", str(out)]) == 0
-    return out
 
 
 def test_config_yaml_records_provenance_and_works_as_config(world, tmp_path):

@@ -13,10 +13,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import scripted_rollouts
+from micro_world import sets
 from tiny_model import save_tiny_model
 
 import envs
@@ -24,10 +24,8 @@ from reasoning_core.runtime.engines.rollout import Completion
 from reasoning_core.runtime.evaluation import evaluate
 from reasoning_core.runtime.run.metrics import read_metrics
 from reasoning_core.runtime.run.resume import RESUME_MAY_CHANGE
-from reasoning_core.runtime.tinyworld import main as tiny_world_main
 from reasoning_core.runtime.trainers import ei, grpo, sft
 
-WORLD = ["steps=6", "batch_size=8", "tokenizer_docs=2000", "log_every=2"]
 COMMON = {
     "task": "arithmetic",
     "eval_examples": 4,
@@ -68,17 +66,6 @@ SFT = {
     "lr": 1e-3,
     "eval_every": 3,
 }
-
-
-def sets(values: dict) -> list[str]:
-    return [a for k, v in values.items() for a in ("--set", f"{k}={json.dumps(v)}")]
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("world")
-    assert tiny_world_main([a for p in WORLD for a in ("--set", p)] + ["--out", str(out)]) == 0
-    return out
 
 
 REAL_GRADE_BATCH = envs.grade_batch
