@@ -23,7 +23,6 @@ from tiny_model import (
     build_model,
     make_eos_lover,
     reference_logprobs,
-    save_tiny_model,
 )
 
 from reasoning_core.runtime.engines import make_engine
@@ -383,24 +382,6 @@ def test_row_buckets_and_cache_size(model):
     )
     # 2 x 28 layers x 256 rows x 2 heads x 1,152 slots x 128 dims x 2 bytes
     assert cache_bytes(config, 256, 128 + 1024) == 2 * 28 * 256 * 2 * 1152 * 128 * 2
-
-
-def test_rrl_eval_runs_with_the_static_engine(tmp_path):
-    from reasoning_core.runtime.evaluation import evaluate
-
-    model_dir = save_tiny_model(tmp_path / "model")
-    out = tmp_path / "run"
-    argv = [
-        "--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "eval_split=test",
-        "--set", "eval_examples=4", "--set", "engine=static", "--set", "eval_max_tokens=12",
-        "--out", str(out),
-    ]  # fmt: skip
-    assert evaluate.main(argv) == 0
-    records = [
-        json.loads(x) for x in (out / "generations/step_000000.jsonl").read_text().splitlines()
-    ]
-    assert len(records) == 4
-    assert all(1 <= r["response_length"] <= 12 for r in records)
 
 
 @pytest.mark.slow

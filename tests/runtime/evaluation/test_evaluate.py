@@ -185,13 +185,12 @@ def test_rrl_eval_samples_with_its_seed_setting(tmp_path, monkeypatch, examples,
         assert engine.calls[-1][1].seed == seed
 
 
-def test_rrl_eval_with_real_hf_engine(tmp_path):
-    model_dir = save_tiny_model(tmp_path / "model")
+@pytest.mark.parametrize("engine", ["hf", "static"])
+def test_rrl_eval_with_a_real_engine(model_dir, tmp_path, engine):
     out = tmp_path / "run"
-    argv = [
-        "--set", f"model_path={model_dir}", "--set", "task=arithmetic", "--set", "eval_split=test",
-        "--set", "eval_examples=4", "--set", "engine=hf", "--set", "eval_max_tokens=12", "--out", str(out),
-    ]  # fmt: skip
+    settings = {"model_path": str(model_dir), "task": "arithmetic", "eval_split": "test"}
+    argv = [*sets({**settings, "eval_examples": 4, "engine": engine, "eval_max_tokens": 12})]
+    argv += ["--out", str(out)]
     assert evaluate.main(argv) == 0
     records = [
         json.loads(x) for x in (out / "generations/step_000000.jsonl").read_text().splitlines()
