@@ -19,7 +19,7 @@ Parts (``--parts``, both by default):
 * ``decode``: the static engine's new tokens per second on the evaluation's sampling (the
   ``--examples`` test prompts, n=1, temperature 1, up to 48 new tokens, ``</answer>`` stops)
   at ``--rows`` rows, this tree against ``--base`` (a commit, exported with ``git archive`` and
-  put first on ``PYTHONPATH``), in alternating subprocesses (``--rounds`` pairs; the machine
+  put first on ``PYTHONPATH``; ``--head`` does the same for another commit), in alternating subprocesses (``--rounds`` pairs; the machine
   is shared, so a ratio is only taken within a pair). Each subprocess also decodes 64 prompts
   greedily; their token ids must match the base's.
 
@@ -349,10 +349,10 @@ def export(commit: str, into: Path) -> Path:
 
 def decode_part(args: argparse.Namespace, model: Path, out: Path) -> None:
     base = export(args.base, out / "base")
-    trees = {"base": base, "head": ROOT}
-    print(
-        f"\ndecode at {args.rows} rows: this tree (head) against {args.base} (base), new tokens/s"
-    )
+    head = ROOT if args.head is None else export(args.head, out / "head")
+    trees = {"base": base, "head": head}
+    name = "this tree" if args.head is None else args.head
+    print(f"\ndecode at {args.rows} rows: {name} (head) against {args.base} (base), new tokens/s")
     ratios: dict[int, list[float]] = {r: [] for r in args.rows}
     decode_ratios: dict[int, list[float]] = {r: [] for r in args.rows}
     digests: dict[str, set[str]] = {"base": set(), "head": set()}
@@ -413,6 +413,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", default="128", help="decode part's row counts, e.g. 64,128,256")
     parser.add_argument("--rounds", type=int, default=3, help="decode part's pairs")
     parser.add_argument("--base", default=BASE, help="decode part's baseline commit")
+    parser.add_argument(
+        "--head", default=None, help="decode part's other commit (default: this tree)"
+    )
     parser.add_argument("--tiny", action="store_true", help="seconds-long version (tests)")
     parser.add_argument("--worker", nargs=3, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
