@@ -105,8 +105,6 @@ class StaticEngine(DeviceMixin, TextMixin):
         self._cache: _Cache | None = None
         self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, Tensor]] = {}
         self._graph_pool: Any = None
-        # per layer (q/k/v weight, its bias or None, gate/up weight); see _fuse_weights
-        self._fused: list[tuple[Tensor, Tensor | None, Tensor]] = []
         self._weights_seen: tuple[int, ...] = ()
         # dynamic=True: one compilation serves every (rows, span) shape (0/1 sizes aside)
         self._step_fn = (
@@ -168,7 +166,6 @@ class StaticEngine(DeviceMixin, TextMixin):
         if signature != self._weights_seen:
             self._graphs.clear()  # a parameter was replaced (not updated in place)
             self._weights_seen = signature
-        self._fuse_weights()
         was_training = self.model.training
         self.model.eval()
         try:

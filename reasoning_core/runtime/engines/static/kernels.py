@@ -142,14 +142,12 @@ def _inverse_cdf(weights: Tensor, generator: torch.Generator | None) -> Tensor:
 
 @dataclass
 class _Cache:
-    kv: list[Tensor]  # per layer (2, rows, kv_heads, max_len, head_dim): keys, values
-    keys: list[Tensor]  # per layer (rows, kv_heads, max_len, head_dim), views of kv
+    keys: list[Tensor]  # per layer (rows, kv_heads, max_len, head_dim)
     values: list[Tensor]
     cos: Tensor  # (max_len, head_dim), model dtype
     sin: Tensor
-    sin_signed: Tensor  # sin with its first half negated: rotate_half(x) * sin = swap(x) * this
     slots: Tensor  # (max_len,) int64: 0, 1, ..., max_len - 1
-    kv_base: Tensor  # (rows, 2 * kv_heads) int64: flat index in kv of (key/value, row, head, 0)
+    row_base: Tensor  # (rows, kv_heads) int64: flat index of (row, head, slot 0) in a layer
     tok: Tensor  # (rows,) int64: the token each row feeds next
     pos: Tensor  # (rows,) int64: the slot (= position id) it goes to
     count: Tensor  # (rows,) int64: tokens the row has generated
@@ -158,7 +156,7 @@ class _Cache:
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.kv)
+        return sum(t.numel() * t.element_size() for t in self.keys + self.values)
 
 
 def cache_bytes(config: Any, rows: int, max_len: int, bytes_per_value: int = 2) -> int:
