@@ -220,12 +220,12 @@ def report(title: str, wall: float, phases: Phases, extra: dict[str, float], rat
     rows.update(extra)
     rows["other (Python, set-up, I/O)"] = max(0.0, wall - sum(rows.values()))
     print(f"\n{title}: {wall:.2f} s wall")
-    print(f"{'phase':34s} {'seconds':>8s} {'share':>6s} {'floor s':>8s} {'achieved/floor':>14s}")
+    print(f"{'phase':34s} {'seconds':>8s} {'share':>6s} {'floor ms':>9s} {'achieved/floor':>14s}")
     for phase, seconds in rows.items():
         flops = phases.flops.get(phase)
-        floor = "" if flops is None else f"{flops / rate:8.3f}"
+        floor = "" if flops is None else f"{1e3 * flops / rate:9.2f}"
         ratio = "" if flops is None else f"{seconds / (flops / rate):14.1f}"
-        print(f"{phase:34s} {seconds:8.2f} {seconds / wall:6.1%} {floor:>8s} {ratio:>14s}")
+        print(f"{phase:34s} {seconds:8.2f} {seconds / wall:6.1%} {floor:>9s} {ratio:>14s}")
 
 
 def profile_part(args: argparse.Namespace, model: Path, out: Path) -> None:
@@ -260,6 +260,8 @@ def profile_part(args: argparse.Namespace, model: Path, out: Path) -> None:
     sums = time_sums(out / "grpo", "train")
     train = sums.get("time/train", 0.0) - phases.seconds.get("optimizer", 0.0)
     prepare = sums.get("time/prepare", 0.0) - phases.seconds.get("policy forward, no grad", 0.0)
+    # old log-probs are the no-grad forwards inside prepare; 0 when the config needs none
+    phases.seconds.setdefault("policy forward, no grad", 0.0)
     extra = {
         "grading": sums.get("time/grade", 0.0),
         "forward/backward": train,
