@@ -228,6 +228,17 @@ def report(title: str, wall: float, phases: Phases, extra: dict[str, float], rat
         print(f"{phase:34s} {seconds:8.2f} {seconds / wall:6.1%} {floor:>9s} {ratio:>14s}")
 
 
+def run_instrumented(
+    main: Callable[[list[str]], Any], argv: list[str], shape: Shape
+) -> tuple[float, Phases]:
+    """Wall seconds of ``main(argv)`` and its phases."""
+    phases = Phases()
+    with instrument(phases, shape):
+        t0 = time.perf_counter()
+        main(argv)
+        return time.perf_counter() - t0, phases
+
+
 def profile_part(args: argparse.Namespace, model: Path, out: Path) -> None:
     from transformers import AutoConfig
 
@@ -252,11 +263,7 @@ def profile_part(args: argparse.Namespace, model: Path, out: Path) -> None:
     }
     argv = ["--config", str(GRPO_CONFIG), "--out", str(out / "grpo")]
     argv += [x for k, v in sets.items() for x in ("--set", f"{k}={v}")]
-    phases = Phases()
-    with instrument(phases, shape):
-        t0 = time.perf_counter()
-        grpo.main(argv)
-        wall = time.perf_counter() - t0
+    wall, phases = run_instrumented(grpo.main, argv, shape)
     sums = time_sums(out / "grpo", "train")
     train = sums.get("time/train", 0.0) - phases.seconds.get("optimizer", 0.0)
     prepare = sums.get("time/prepare", 0.0) - phases.seconds.get("policy forward, no grad", 0.0)
@@ -281,11 +288,7 @@ def profile_part(args: argparse.Namespace, model: Path, out: Path) -> None:
     argv = ["--out", str(out / "eval")] + [
         x for k, v in sets.items() for x in ("--set", f"{k}={v}")
     ]
-    phases = Phases()
-    with instrument(phases, shape):
-        t0 = time.perf_counter()
-        evaluate.main(argv)
-        wall = time.perf_counter() - t0
+    wall, phases = run_instrumented(evaluate.main, argv, shape)
     sums = time_sums(out / "eval", "eval")
     report(
         f"evaluation, {args.examples} problems",
@@ -395,14 +398,8 @@ def decode_part(args: argparse.Namespace, model: Path, out: Path) -> None:
     print(f"greedy token ids of 64 prompts identical to the base's: {same}")
 
 
-# The tiny mode's GRPO: one step of 8 rollouts, 8 new tokens.
-TINY_GRPO = {
-    "rollout_batch_size": 8,
-    "group_size": 4,
-    "train_batch_size": 8,
-    "gradient_accumulation_steps": 2,
-    "sampling_max_tokens": 8,
-}
+# The tiny mode's GRPO: one step of 8 rollouts in groups of 4, 8 new tokens.
+TINY_GRPO = dict(rollout_batch_size=8, group_size=4, train_batch_size=8, sampling_max_tokens=8)
 
 
 def main(argv: list[str] | None = None) -> int:
