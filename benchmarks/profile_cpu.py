@@ -4,28 +4,32 @@ each phase against its floor; and the static engine's decoding against an older 
 Parts (``--parts``, both by default):
 
 * ``profile``: one short GRPO run (the committed study config
-  ``results/default/grpo/default/seed~0/config.yaml``, ``--grpo-steps`` steps, no evaluation
-  inside) and one ``rrl eval`` of ``--examples`` problems, in this process, on the tiny-world
+  ``results/default/grpo/default/seed~0/config.yaml``, ``--grpo-steps`` steps, its own evaluation
+  cut to one problem) and one ``rrl eval`` of ``--examples`` problems, in this process, on the tiny-world
   base model (``workflow/resources/tiny_world``). The static engine's methods, the policy's
-  forward, the optimizer step and the grader are wrapped with timers (a wrapped call's time
-  excludes the wrapped calls inside it). Each phase is printed with its seconds and, where it
+  forward and the optimizer step are wrapped with timers (a wrapped call's time excludes the
+  wrapped calls inside it); grading, training and preparation come from the runs' ``time/``
+  metrics. Each phase is printed with its seconds and, where it
   is made of matrix products, its floor: the products' counted FLOPs (2 per multiply-add:
   every linear layer, the LM head, and attention over the slots attended) divided by this
   core's float32 matrix-product rate, measured in the same run on the model's own shapes
   (``(rows, hidden) x (hidden, intermediate)`` at 128 and 512 rows, the best median).
   ``achieved / floor`` = seconds / floor seconds. Phases with no products (sampling, host
   bookkeeping, grading, the optimizer, Python) have no FLOP floor; "other" is wall time not
-  inside any wrapped phase.
+  inside any phase. On a loaded machine a phase's seconds include the waits for the core, so
+  its ratio to the floor is larger than on a quiet one.
 * ``decode``: the static engine's new tokens per second on the evaluation's sampling (the
   ``--examples`` test prompts, n=1, temperature 1, up to 48 new tokens, ``</answer>`` stops)
   at ``--rows`` rows, this tree against ``--base`` (a commit, exported with ``git archive`` and
-  put first on ``PYTHONPATH``; ``--head`` does the same for another commit), in alternating subprocesses (``--rounds`` pairs; the machine
-  is shared, so a ratio is only taken within a pair). Each subprocess also decodes 64 prompts
+  put first on ``PYTHONPATH``; ``--head`` does the same for another commit), in alternating
+  subprocesses (``--rounds`` pairs; the machine is shared, so a ratio is only taken within a
+  pair). Each subprocess also decodes 64 prompts
   greedily; their token ids must match the base's.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/profile_cpu.py | tee benchmarks/profile_cpu.txt
 
-``--tiny`` shrinks both parts (a micro model, 8 problems, one GRPO step) for the tests.
+``--tiny`` shrinks both parts (8 problems, one GRPO step of 8 rollouts, one pair) for the
+tests.
 """
 
 from __future__ import annotations
