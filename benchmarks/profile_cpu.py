@@ -1,0 +1,448 @@
+"""Where a tiny-world GRPO run and a 512-problem evaluation spend their time on one CPU thread,
+each phase against its floor; and the static engine's decoding against an older commit's.
+
+Parts (``--parts``, both by default):
+
+* ``profile``: one short GRPO run (the committed study config
+  ``results/default/grpo/default/seed~0/config.yaml``, ``--grpo-steps`` steps, its own evaluation
+  cut to one problem) and one ``rrl eval`` of ``--examples`` problems, in this process, on the tiny-world
+  base model (``workflow/resources/tiny_world``). The static engine's methods, the policy's
+  forward and the optimizer step are wrapped with timers (a wrapped call's time excludes the
+  wrapped calls inside it); grading, training and preparation come from the runs' ``time/``
+  metrics. Each phase is printed with its seconds and, where it
+  is made of matrix products, its floor: the products' counted FLOPs (2 per multiply-add:
+  every linear layer, the LM head, and attention over the slots attended) divided by this
+  core's float32 matrix-product rate, measured in the same run on the model's own shapes
+  (``(rows, hidden) x (hidden, intermediate)`` at 128 and 512 rows, the best median).
+  ``achieved / floor`` = seconds / floor seconds. Phases with no products (sampling, host
+  bookkeeping, grading, the optimizer, Python) have no FLOP floor; "other" is wall time not
+  inside any phase. On a loaded machine a phase's seconds include the waits for the core, so
+  its ratio to the floor is larger than on a quiet one.
+* ``decode``: the static engine's new tokens per second on the evaluation's sampling (the
+  ``--examples`` test prompts, n=1, temperature 1, up to 48 new tokens, ``</answer>`` stops)
+  at ``--rows`` rows, this tree against ``--base`` (a commit, exported with ``git archive`` and
+  put first on ``PYTHONPATH``; ``--head`` does the same for another commit), in alternating
+  subprocesses (``--rounds`` pairs; the machine is shared, so a ratio is only taken within a
+  pair). Each subprocess also decodes 64 prompts
+  greedily; their token ids must match the base's.
+
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/profile_cpu.py | tee benchmarks/profile_cpu.txt
+
+``--tiny`` shrinks both parts (8 problems, one GRPO step of 8 rollouts, one pair) for the
+tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = ROOT / "workflow" / "resources" / "tiny_world"
+GRPO_CONFIG = ROOT / "results" / "default" / "grpo" / "default" / "seed~0" / "config.yaml"
+PARTS = ("profile", "decode")
+BASE = "c5a3f4f"  # the static engine before its fused CPU decode step
+
+
+# -- timers --------------------------------------------------------------------------------
+
+
+class Phases:
+    """Self time per phase: a wrapped call's seconds minus those of wrapped calls inside it."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.flops: dict[str, float] = {}
+        self._stack: list[float] = []  # per open call: seconds spent in its wrapped children
+
+    def add_flops(self, phase: str, flops: float) -> None:
+        self.flops[phase] = self.flops.get(phase, 0.0) + flops
+
+    def timed(self, phase: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            self._stack.append(0.0)
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                total = time.perf_counter() - t0
+                inner = self._stack.pop()
+                self.seconds[phase] = self.seconds.get(phase, 0.0) + total - inner
+                if self._stack:
+                    self._stack[-1] += total
+
+        return wrapper
+
+
+@contextlib.contextmanager
+def patched(owner: Any, name: str, replacement: Any) -> Iterator[None]:
+    """``owner.name`` replaced for the block (restored after, also when inherited)."""
+    own = name in vars(owner)
+    old = vars(owner).get(name)
+    setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        if own:
+            setattr(owner, name, old)
+        else:
+            delattr(owner, name)
+
+
+class Shape:
+    """The model's sizes and FLOP counts (2 per multiply-add)."""
+
+    def __init__(self, config: Any) -> None:
+        hidden, inter = config.hidden_size, config.intermediate_size
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.dim = getattr(config, "head_dim", None) or hidden // self.heads
+        self.layers, self.vocab, self.hidden, self.inter = (
+            config.num_hidden_layers,
+            config.vocab_size,
+            hidden,
+            inter,
+        )
+        q, kv = self.heads * self.dim, self.kv_heads * self.dim
+        # q, k, v, o projections and the gated MLP, per token and layer
+        self.layer_macs = hidden * (q + 2 * kv) + q * hidden + 3 * hidden * inter
+
+    def forward(self, tokens: int, attended: float, logits: int) -> float:
+        """FLOPs of a forward over ``tokens`` tokens that together attend ``attended``
+        (query, key) pairs per layer, with the LM head on ``logits`` positions."""
+        attention = 2 * 2 * self.heads * self.dim * attended  # scores and the weighted sum
+        return (
+            2 * self.layer_macs * tokens * self.layers
+            + attention * self.layers
+            + 2 * self.hidden * self.vocab * logits
+        )
+
+
+def matmul_rate(shape: Shape, reps: int) -> float:
+    """FLOP/s of this core's float32 ``(rows, hidden) x (hidden, intermediate)`` product at
+    128 and 512 rows (the decode and prefill sizes), the better median."""
+    best = 0.0
+    for rows in (128, 512):
+        x, w = torch.randn(rows, shape.hidden), torch.randn(shape.inter, shape.hidden)
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            torch.nn.functional.linear(x, w)
+            times.append(time.perf_counter() - t0)
+        best = max(best, 2 * rows * shape.hidden * shape.inter / statistics.median(times))
+    return best
+
+
+# -- the profile part -----------------------------------------------------------------------
+
+
+def instrument(phases: Phases, shape: Shape) -> contextlib.ExitStack:
+    """Wrap the static engine's prefill, decode forward, sampling, host bookkeeping and the
+    rest of its ``generate``; the policy's no-grad forwards (old log-probs, the engine check,
+    entropies: timed) and its training forwards (counted only: their backward runs outside
+    them); and AdamW's step."""
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM
+
+    import reasoning_core.runtime.engines.static.engine as static_engine
+    from reasoning_core.runtime.engines.static.engine import StaticEngine
+    from reasoning_core.runtime.engines.static.text import TextMixin
+
+    step_logits, prefill = StaticEngine._step_logits, StaticEngine._prefill
+    forward = Qwen2ForCausalLM.forward
+
+    def step(self: Any, b: int, span: int) -> Any:
+        phases.add_flops("decode forward", shape.forward(b, b * span, b))
+        return step_logits(self, b, span)
+
+    def prefill_counted(self: Any, ids: Any, last: Any, rows: Any, src: Any) -> Any:
+        p, width = ids.shape
+        phases.add_flops("prefill", shape.forward(p * width, p * width * (width + 1) / 2, p))
+        return prefill(self, ids, last, rows, src)
+
+    no_grad_forward = phases.timed("policy forward, no grad", forward)
+
+    def forward_counted(self: Any, input_ids: Any = None, *args: Any, **kwargs: Any) -> Any:
+        rows, width = input_ids.shape
+        flops = shape.forward(rows * width, rows * width * (width + 1) / 2, rows * width)
+        if torch.is_grad_enabled():
+            phases.add_flops("forward/backward", 3 * flops)  # the backward: two forwards
+            return forward(self, input_ids, *args, **kwargs)
+        phases.add_flops("policy forward, no grad", flops)
+        return no_grad_forward(self, input_ids, *args, **kwargs)
+
+    wraps = [
+        (StaticEngine, "_step_logits", phases.timed("decode forward", step)),
+        (StaticEngine, "_prefill", phases.timed("prefill", prefill_counted)),
+        (
+            static_engine,
+            "sample_on_device",
+            phases.timed("sampling", static_engine.sample_on_device),
+        ),
+        (TextMixin, "_advance", phases.timed("host bookkeeping", TextMixin._advance)),
+        (StaticEngine, "_collect", phases.timed("host bookkeeping", StaticEngine._collect)),
+        (StaticEngine, "generate", phases.timed("engine other", StaticEngine.generate)),
+        (Qwen2ForCausalLM, "forward", forward_counted),
+        (torch.optim.AdamW, "step", phases.timed("optimizer", torch.optim.AdamW.step)),
+    ]
+    stack = contextlib.ExitStack()
+    for owner, name, replacement in wraps:
+        stack.enter_context(patched(owner, name, replacement))
+    return stack
+
+
+def time_sums(out: Path, split: str) -> dict[str, float]:
+    """Sums of the ``time/`` keys of a run's metric lines of ``split``."""
+    from reasoning_core.runtime.run.metrics import read_metrics
+
+    sums: dict[str, float] = {}
+    for line in read_metrics(out / "metrics.jsonl"):
+        if line.get("split", split) != split:
+            continue
+        for key, value in line.items():
+            if key.startswith("time/") and isinstance(value, int | float):
+                sums[key] = sums.get(key, 0.0) + value
+    return sums
+
+
+def report(title: str, wall: float, phases: Phases, extra: dict[str, float], rate: float) -> None:
+    """Print one table: phase, seconds, share of the wall time, floor, achieved / floor."""
+    rows = dict(phases.seconds)
+    rows.update(extra)
+    rows["other (Python, set-up, I/O)"] = max(0.0, wall - sum(rows.values()))
+    print(f"\n{title}: {wall:.2f} s wall")
+    print(f"{'phase':34s} {'seconds':>8s} {'share':>6s} {'floor ms':>9s} {'achieved/floor':>14s}")
+    for phase, seconds in rows.items():
+        flops = phases.flops.get(phase)
+        floor = "" if flops is None else f"{1e3 * flops / rate:9.2f}"
+        ratio = "" if flops is None else f"{seconds / (flops / rate):14.1f}"
+        print(f"{phase:34s} {seconds:8.2f} {seconds / wall:6.1%} {floor:>9s} {ratio:>14s}")
+
+
+def run_instrumented(
+    main: Callable[[list[str]], Any], argv: list[str], shape: Shape
+) -> tuple[float, Phases]:
+    """Wall seconds of ``main(argv)`` and its phases."""
+    phases = Phases()
+    with instrument(phases, shape):
+        t0 = time.perf_counter()
+        main(argv)
+        return time.perf_counter() - t0, phases
+
+
+def profile_part(args: argparse.Namespace, model: Path, out: Path) -> None:
+    from transformers import AutoConfig
+
+    from reasoning_core.runtime.evaluation import evaluate
+    from reasoning_core.runtime.trainers import grpo
+
+    torch.set_num_threads(1)
+    shape = Shape(AutoConfig.from_pretrained(model))
+    rate = matmul_rate(shape, 50 if args.tiny else 400)
+    print(f"matrix-product rate: {rate / 1e9:.1f} GFLOP/s (float32, one thread, model shapes)")
+    print(f"forward FLOPs per token without attention: {shape.forward(1, 0, 1) / 1e6:.2f} M")
+
+    sets = {
+        "model_path": model,
+        "n_grpo_steps": args.grpo_steps,
+        "eval_every": 10**6,
+        "eval_at_start": False,
+        "eval_examples": 1,  # the run's final evaluation; the evaluation is profiled below
+        "save_checkpoint": False,
+        "progress": False,
+        **(TINY_GRPO if args.tiny else {}),
+    }
+    argv = ["--config", str(GRPO_CONFIG), "--out", str(out / "grpo")]
+    argv += [x for k, v in sets.items() for x in ("--set", f"{k}={v}")]
+    wall, phases = run_instrumented(grpo.main, argv, shape)
+    sums = time_sums(out / "grpo", "train")
+    train = sums.get("time/train", 0.0) - phases.seconds.get("optimizer", 0.0)
+    prepare = sums.get("time/prepare", 0.0) - phases.seconds.get("policy forward, no grad", 0.0)
+    # old log-probs are the no-grad forwards inside prepare; 0 when the config needs none
+    phases.seconds.setdefault("policy forward, no grad", 0.0)
+    extra = {
+        "grading": sums.get("time/grade", 0.0),
+        "forward/backward": train,
+        "prepare (tokens, advantages)": prepare,
+    }
+    report(f"GRPO, {args.grpo_steps} steps", wall, phases, extra, rate)
+
+    sets = {
+        "model_path": model,
+        "task": "arithmetic",
+        "engine": "static",
+        "device": "cpu",
+        "eval_examples": args.examples,
+        "eval_max_tokens": 8 if args.tiny else 48,
+        "eval_batch_size": 128,
+    }
+    argv = ["--out", str(out / "eval")] + [
+        x for k, v in sets.items() for x in ("--set", f"{k}={v}")
+    ]
+    wall, phases = run_instrumented(evaluate.main, argv, shape)
+    sums = time_sums(out / "eval", "eval")
+    report(
+        f"evaluation, {args.examples} problems",
+        wall,
+        phases,
+        {"grading": sums.get("time/grade", 0.0)},
+        rate,
+    )
+
+
+# -- the decode part ------------------------------------------------------------------------
+
+
+def decode_worker(model: str, rows: int, examples: int, rounds: int) -> dict[str, Any]:
+    """New tokens/s of the static engine on the evaluation's sampling (best of ``rounds``
+    after a warm-up call), and a digest of 64 greedy completions' token ids."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import envs
+    from reasoning_core.runtime.engines import make_engine
+    from reasoning_core.runtime.engines.rollout import SamplingParams
+
+    torch.set_num_threads(1)
+    policy = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    task = envs.get_task("arithmetic")
+    prompts = [task.format_prompt(ex, "r1_zero") for ex in task.load("test", limit=examples)]
+    engine = make_engine("static", policy, tokenizer, max_batch_size=rows)
+    common = dict(top_p=1.0, max_tokens=48, stop=["</answer>"])
+    params = SamplingParams(n=1, seed=0, temperature=1.0, **common)
+    engine.generate(prompts[:rows], params)
+    rates, decode = [], []
+    for _ in range(rounds):
+        prefill = engine.stats["prefill_seconds"]
+        t0 = time.perf_counter()
+        out = engine.generate(prompts, params)
+        seconds = time.perf_counter() - t0
+        tokens = sum(len(c.token_ids) for cs in out for c in cs)
+        rates.append(tokens / seconds)
+        decode.append(tokens / (seconds - engine.stats["prefill_seconds"] + prefill))
+    greedy = engine.generate(prompts[:64], SamplingParams(n=1, seed=0, temperature=0.0, **common))
+    ids = json.dumps([c.token_ids for cs in greedy for c in cs])
+    return {
+        "tokens_per_s": max(rates),
+        "decode_tokens_per_s": max(decode),
+        "tokens": tokens,
+        "greedy_digest": hashlib.sha256(ids.encode()).hexdigest()[:16],
+    }
+
+
+def export(commit: str, into: Path) -> Path:
+    """``git archive`` of ``commit`` unpacked into ``into`` (its reasoning_core and envs)."""
+    archive = subprocess.run(
+        ["git", "archive", commit, "reasoning_core", "envs"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    ).stdout
+    into.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def decode_part(args: argparse.Namespace, model: Path, out: Path) -> None:
+    base = export(args.base, out / "base")
+    head = ROOT if args.head is None else export(args.head, out / "head")
+    trees = {"base": base, "head": head}
+    name = "this tree" if args.head is None else args.head
+    print(f"\ndecode at {args.rows} rows: {name} (head) against {args.base} (base), new tokens/s")
+    ratios: dict[int, list[float]] = {r: [] for r in args.rows}
+    decode_ratios: dict[int, list[float]] = {r: [] for r in args.rows}
+    digests: dict[str, set[str]] = {"base": set(), "head": set()}
+    for pair in range(args.rounds):
+        for rows in args.rows:
+            got: dict[str, dict[str, Any]] = {}
+            order = ["base", "head"] if pair % 2 == 0 else ["head", "base"]
+            for name in order:
+                env = {**os.environ, "PYTHONPATH": f"{trees[name]}{os.pathsep}{ROOT}"}
+                cmd = [
+                    sys.executable,
+                    __file__,
+                    "--worker",
+                    str(model),
+                    str(rows),
+                    str(args.examples),
+                ]
+                run = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
+                got[name] = json.loads(run.stdout.strip().splitlines()[-1])
+                digests[name].add(got[name]["greedy_digest"])
+            ratio = got["head"]["tokens_per_s"] / got["base"]["tokens_per_s"]
+            decode_ratio = got["head"]["decode_tokens_per_s"] / got["base"]["decode_tokens_per_s"]
+            ratios[rows].append(ratio)
+            decode_ratios[rows].append(decode_ratio)
+            print(
+                f"pair {pair} rows {rows}: base {got['base']['tokens_per_s']:7.0f} head "
+                f"{got['head']['tokens_per_s']:7.0f} tokens/s, ratio head/base {ratio:.2f} "
+                f"(without prefill: base {got['base']['decode_tokens_per_s']:7.0f} head "
+                f"{got['head']['decode_tokens_per_s']:7.0f}, ratio {decode_ratio:.2f})",
+                flush=True,
+            )
+    for rows in args.rows:
+        print(
+            f"rows {rows}: median ratio head/base {statistics.median(ratios[rows]):.2f} "
+            f"(without prefill {statistics.median(decode_ratios[rows]):.2f})"
+        )
+    same = digests["base"] == digests["head"] and len(digests["head"]) == 1
+    print(f"greedy token ids of 64 prompts identical to the base's: {same}")
+
+
+# The tiny mode's GRPO: one step of 8 rollouts in groups of 4, 8 new tokens.
+TINY_GRPO = dict(rollout_batch_size=8, group_size=4, train_batch_size=8, sampling_max_tokens=8)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default=",".join(PARTS))
+    parser.add_argument("--model", default=str(MODEL), help="tiny-world model folder")
+    parser.add_argument("--out", default=None, help="run folder (default: a temporary one)")
+    parser.add_argument("--grpo-steps", type=int, default=5)
+    parser.add_argument("--examples", type=int, default=512)
+    parser.add_argument("--rows", default="128", help="decode part's row counts, e.g. 64,128,256")
+    parser.add_argument("--rounds", type=int, default=3, help="decode part's pairs")
+    parser.add_argument("--base", default=BASE, help="decode part's baseline commit")
+    parser.add_argument(
+        "--head", default=None, help="decode part's other commit (default: this tree)"
+    )
+    parser.add_argument("--tiny", action="store_true", help="seconds-long version (tests)")
+    parser.add_argument("--worker", nargs=3, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker is not None:
+        model, rows, examples = args.worker
+        print(json.dumps(decode_worker(model, int(rows), int(examples), 1 if args.tiny else 2)))
+        return 0
+    args.rows = [int(r) for r in args.rows.split(",")]
+    if args.tiny:
+        args.grpo_steps, args.examples, args.rounds = 1, 8, 1
+    parts = args.parts.split(",")
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        parser.error(f"--parts: unknown {unknown}; choose from {PARTS}")
+    load = os.getloadavg()[0]
+    print(f"load at start {load:.2f}; torch {torch.__version__}, one thread")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(args.out) if args.out else Path(tmp)
+        if "profile" in parts:
+            profile_part(args, Path(args.model), out)
+        if "decode" in parts:
+            decode_part(args, Path(args.model), out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""benchmarks/profile_cpu.py in its --tiny mode on the committed tiny-world model: the profile
+part prints a table per run whose phases add up to the wall time and whose FLOP-counted phases
+carry a floor; the decode part compares two trees and checks greedy outputs."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from project_root import load_script
+
+ROW = re.compile(r"^(?P<phase>.+?) +(?P<seconds>\d+\.\d\d) +(?P<share>\d+\.\d)%(?P<rest>.*)$")
+
+
+def profile_cpu():
+    return load_script("benchmarks/profile_cpu.py")
+
+
+def tables(text: str) -> dict[str, tuple[float, dict[str, tuple[float, str]]]]:
+    """Title -> (wall seconds, phase -> (seconds, floor and ratio columns))."""
+    found: dict[str, tuple[float, dict[str, tuple[float, str]]]] = {}
+    title = None
+    for line in text.splitlines():
+        head = re.match(r"^(GRPO, \d+ steps|evaluation, \d+ problems): (\d+\.\d\d) s wall$", line)
+        if head:
+            title = head.group(1)
+            found[title] = (float(head.group(2)), {})
+            continue
+        row = ROW.match(line)
+        if title and row:
+            found[title][1][row["phase"].strip()] = (float(row["seconds"]), row["rest"].strip())
+    return found
+
+
+def test_profile_tables_cover_every_phase(tmp_path, capsys):
+    assert profile_cpu().main(["--tiny", "--parts", "profile", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    rate = float(re.search(r"matrix-product rate: (\d+\.\d) GFLOP/s", out).group(1))
+    assert rate > 0
+    found = tables(out)
+    assert set(found) == {"GRPO, 1 steps", "evaluation, 8 problems"}, out
+    engine = {"prefill", "decode forward", "sampling", "host bookkeeping", "engine other"}
+    expected = {
+        "GRPO, 1 steps": engine
+        | {"optimizer", "grading", "forward/backward", "policy forward, no grad"},
+        "evaluation, 8 problems": engine | {"grading"},
+    }
+    for title, (wall, phases) in found.items():
+        assert expected[title] <= set(phases), (title, phases)
+        assert "other (Python, set-up, I/O)" in phases
+        # the phases (other included) add up to the wall time, up to the printed rounding
+        assert abs(sum(s for s, _ in phases.values()) - wall) <= 0.01 * len(phases) + 0.01
+        for phase in ("prefill", "decode forward"):
+            floor_ms, ratio = (float(x) for x in phases[phase][1].split())
+            assert floor_ms > 0 and ratio > 0
+            if floor_ms >= 1 and phases[phase][0] >= 0.1:  # else the printed rounding dominates
+                assert ratio == pytest.approx(1e3 * phases[phase][0] / floor_ms, rel=0.1)
+        assert phases["sampling"][1] == ""  # no products, no floor
+
+
+@pytest.mark.slow
+def test_decode_part_pairs_two_trees(tmp_path, capsys):
+    argv = ["--tiny", "--parts", "decode", "--out", str(tmp_path), "--head", "c5a3f4f"]
+    assert profile_cpu().main(argv) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"rows 128: median ratio head/base \d+\.\d\d \(without prefill", out), out
+    # the same commit on both sides: the same greedy token ids
+    assert "greedy token ids of 64 prompts identical to the base's: True" in out
