@@ -209,6 +209,28 @@ def build_config(
     return obj
 
 
+def available_examples(setting: str, task: Any, split: str, path: str | None = None) -> int:
+    """How many examples ``task``'s ``split`` (read from ``path`` when given) holds, read at
+    start: a missing or malformed data file is a :class:`ConfigError` naming ``setting``
+    (the split or path setting) before any model loads."""
+    from envs.base import DataError  # envs imports no torch
+
+    try:
+        return task.available(split, path)
+    except (DataError, ValueError) as exc:
+        where = "" if path is not None else f" split {split!r} of task {task.name!r}:"
+        raise ConfigError(f"setting {setting!r}:{where} {exc}") from None  # exc names the file
+
+
+def check_count(setting: str, asked: int | None, available: int, where: str) -> None:
+    """Refuse ``setting`` when it asks for more examples than ``where`` holds (``available``);
+    null asks for none."""
+    if asked is not None and asked > available:
+        raise ConfigError(
+            f"setting {setting!r} asks for {asked} examples, but {where} has only {available}"
+        )
+
+
 def parse_run_args(
     argv: list[str],
     description: str,
