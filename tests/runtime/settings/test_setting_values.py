@@ -101,6 +101,17 @@ def test_more_training_questions_than_the_split_holds_are_refused(command, task,
     assert build_config(cls, {**values, "train_examples": held}).train_examples == held
 
 
+def test_more_prompts_than_the_data_set_holds_are_refused(world):
+    cls = load_config_class("supplement-generate")
+    values = {"model_path": str(world), "dataset": "simple_safety_tests", "eval_examples": 101}
+    with pytest.raises(ConfigError) as info:
+        build_config(cls, values, "command line")
+    assert str(info.value) == (
+        "setting 'eval_examples' asks for 101 examples, but simple_safety_tests has only 100"
+    )
+    assert build_config(cls, {**values, "eval_examples": 100}).eval_examples == 100
+
+
 def test_arithmetic_counts_its_distinct_training_problems():
     """The count the refusal names: every problem by content, by brute force, minus the test
     set's (a smaller number range, so the enumeration is quick)."""
