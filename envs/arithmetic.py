@@ -174,6 +174,33 @@ class ArithmeticTask(Task):
             )
         return self._test
 
+    def available(self, split: str, path: str | Path | None = None) -> int:
+        """`test`: `test_size`; `train`: every distinct problem outside the test set (more
+        than `train_size`, which is only `load`'s default); a JSONL `path`: its problems."""
+        self.check_split(split)
+        if path is not None or split == "test":
+            return super().available(split, path)
+        return self.distinct_problems() - len(self.test_keys())
+
+    def distinct_problems(self) -> int:
+        """How many problems differ in content (start and steps) under this config: step
+        sequences whose running value never drops below 0, counted by that value."""
+        c = self.config
+        total = 0
+        for start in range(c.min_start, c.max_start + 1):
+            paths = {start: 1}  # running value -> sequences of the steps so far that reach it
+            for n_steps in range(1, c.max_steps + 1):
+                after: dict[int, int] = {}
+                for value, count in paths.items():
+                    for k in range(c.min_operand, c.max_operand + 1):
+                        for nxt in (value + k, value - k):
+                            if nxt >= 0:
+                                after[nxt] = after.get(nxt, 0) + count
+                paths = after
+                if n_steps >= c.min_steps:
+                    total += sum(paths.values())
+        return total
+
     def test_keys(self) -> frozenset:
         return frozenset(p.key for p in self.test_problems())
 

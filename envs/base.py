@@ -199,6 +199,12 @@ class Task:
         """Return `list[Example]` for `split` (from `path` when given), at most `limit` of them."""
         raise NotImplementedError
 
+    def available(self, split: str, path: str | Path | None = None) -> int:
+        """How many examples `load(split, path)` can give at most: a setting that asks for
+        more is refused by name before a run starts. Loads the split (a missing or malformed
+        file raises `DataError`); a task that generates its data overrides this."""
+        return len(self.load(split, path=path))
+
     def check_split(self, split: str) -> None:
         if split not in self.splits:
             raise ValueError(f"task {self.name!r} has no split {split!r}; known: {self.splits}")

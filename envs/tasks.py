@@ -19,12 +19,20 @@ log = logging.getLogger(__name__)
 
 
 def data_file(task: str, stem: str) -> Path:
-    """The vendored file `envs/data/{task}/{stem}.jsonl[.gz]`."""
+    """The vendored file `envs/data/{task}/{stem}.jsonl[.gz]`; `DataError` naming the file
+    (and the folder, when that is gone) when it is missing."""
     for suffix in (".jsonl", ".jsonl.gz"):
         p = DATA_DIR / task / f"{stem}{suffix}"
         if p.is_file():
             return p
-    raise FileNotFoundError(f"no vendored data file {DATA_DIR / task / stem}.jsonl[.gz]")
+    folder = DATA_DIR / task
+    where = "" if folder.is_dir() else f" (the folder {folder} is missing)"
+    raise DataError(
+        f"{folder / stem}.jsonl[.gz]",
+        None,
+        f"no such data file{where}; the repository ships it: restore it with "
+        f"git checkout -- {folder}",
+    )
 
 
 def _take(examples: Iterator[Example], limit: int | None) -> list[Example]:

@@ -53,7 +53,11 @@ from reasoning_core.runtime.run.metrics import (
     write_json_atomic,
 )
 from reasoning_core.runtime.run.ownership import lock_run_folder, release_run_folder
-from reasoning_core.runtime.settings.config import resolve_command, save_config
+from reasoning_core.runtime.settings.config import (
+    available_examples,
+    resolve_command,
+    save_config,
+)
 from reasoning_core.runtime.training.batching import MicroBatchSize
 from reasoning_core.runtime.training.rollouts import EVAL_RENAMED, eval_params
 
@@ -87,7 +91,8 @@ class EvalConfig:
     data_path: str | None = None
     """Read the split from this JSONL file instead of the vendored data."""
     eval_examples: int | None = None
-    """Evaluate on the first N problems of eval_split (null: all of them)."""
+    """Evaluate on the first N problems of eval_split (null: all of them; more than the split
+    holds: all of them, with a warning on stderr)."""
     engine: Literal["auto", "hf", "static", "vllm"] = ENGINE_DEFAULT
     """Sampling engine: hf, static or vllm, or auto (vllm when the vllm package imports and
     device is CUDA, else static on CUDA, else hf); the log says which and done.json records
@@ -170,6 +175,9 @@ class EvalConfig:
             self.sampling_params()
         except ValueError as exc:
             raise ConfigError(f"sampling settings: {exc}") from exc
+        # The problems read at start: a missing data file is named before the model loads.
+        setting = "data_path" if self.data_path else "eval_split"
+        available_examples(setting, task, self.eval_split, self.data_path)
         check_model_folder(self.model_path)  # last: the cheap settings are named first
 
     def sampling_params(self) -> SamplingParams:

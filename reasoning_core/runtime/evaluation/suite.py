@@ -47,7 +47,11 @@ from reasoning_core.runtime.evaluation.loop import evaluate_policy
 from reasoning_core.runtime.run.checkpoint import check_model_folder
 from reasoning_core.runtime.run.metrics import finished_run, write_generations, write_json_atomic
 from reasoning_core.runtime.run.ownership import lock_run_folder, release_run_folder
-from reasoning_core.runtime.settings.config import resolve_command, save_config
+from reasoning_core.runtime.settings.config import (
+    available_examples,
+    resolve_command,
+    save_config,
+)
 from reasoning_core.runtime.training.rollouts import EVAL_RENAMED, eval_params
 
 #: protocol -> (temperature, max new tokens)
@@ -109,7 +113,8 @@ class EvalSuiteConfig:
     """Responses sampled per problem (k): accuracy is their mean, pass_at_k the unbiased
     pass@k (k > 1 only; use a temperature above 0)."""
     eval_examples: int | None = None
-    """Evaluate only the first N problems of each benchmark (null: all)."""
+    """Evaluate only the first N problems of each benchmark (null: all; a benchmark with
+    fewer, e.g. aime24's 30: all of its)."""
     seed: int = 0
     """Seed of the sampling unless eval_seed is set (each engine call draws from its own seed
     derived from it), and of the vLLM engine."""
@@ -163,6 +168,12 @@ class EvalSuiteConfig:
         except ValueError as exc:
             raise ConfigError(f"sampling settings: {exc}") from exc
         self.engine_config().validate()
+        # What the run reads besides the model, at start: each benchmark's problems and, to
+        # compare, the published table (else a missing file stops the run after the work).
+        for name in self.benchmarks:
+            available_examples("benchmarks", envs.get_task(name), "test")
+        if self.compare == "published":
+            read_published()
         check_model_folder(self.model_path)
 
     def sampling(self) -> tuple[float, int]:
@@ -229,8 +240,15 @@ def suite_row(cfg: EvalSuiteConfig, benchmark: str, template: str, records: list
     }
 
 
-def read_published(path: Path = PUBLISHED_CSV) -> list[dict[str, str]]:
-    """The published rows (model, template, benchmark, accuracy in percent, source)."""
+def read_published(path: Path | None = None) -> list[dict[str, str]]:
+    """The published rows (model, template, benchmark, accuracy in percent, source) of
+    ``path`` (None: :data:`PUBLISHED_CSV`); a missing file is a ConfigError naming it."""
+    path = PUBLISHED_CSV if path is None else path
+    if not path.is_file():
+        raise ConfigError(
+            f"setting 'compare' is published, but the table of published numbers {path} is "
+            "missing (the repository ships it); restore it, or use compare: none"
+        )
     with path.open(encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f))
     for i, row in enumerate(rows, start=2):

@@ -14,6 +14,7 @@ generation time and throughput in examples/s) and, last, ``done.json``.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from envs.alpaca import engine_prompt
+from envs.base import DataError
 from envs.supplement import (
     instruction_prompt,
     load_alpaca_eval,
@@ -35,7 +37,7 @@ from reasoning_core.runtime.evaluation import evaluate
 from reasoning_core.runtime.run.checkpoint import check_model_folder
 from reasoning_core.runtime.run.metrics import finished_run, write_json_atomic
 from reasoning_core.runtime.run.ownership import lock_run_folder, release_run_folder
-from reasoning_core.runtime.settings.config import resolve_command, save_config
+from reasoning_core.runtime.settings.config import check_count, resolve_command, save_config
 from reasoning_core.runtime.training.rollouts import EVAL_RENAMED, eval_params
 
 OUTPUT_FILES = {
@@ -70,7 +72,8 @@ class SupplementGenerateConfig:
     data_path: str | None = None
     """Read the prompts from this JSONL file instead of the vendored data."""
     eval_examples: int | None = None
-    """Answer only the first N prompts (null: all)."""
+    """Answer only the first N prompts (null: all; more than the data set holds is
+    refused)."""
     generator: str = ""
     """AlpacaEval's generator field, the model's name ("": the model folder's name)."""
     engine: Literal["auto", "vllm", "hf", "static"] = ENGINE_DEFAULT
@@ -100,6 +103,14 @@ class SupplementGenerateConfig:
             raise ConfigError(
                 f"setting 'device' must be auto, cpu, cuda or cuda:N, got {self.device!r}"
             )
+        # The prompts read at start (hundreds of lines): a missing file, or more asked than
+        # the data set holds, is named before the model loads.
+        setting = "data_path" if self.data_path else "dataset"
+        try:
+            held = len(load_prompts(dataclasses.replace(self, eval_examples=None)))
+        except DataError as exc:
+            raise ConfigError(f"setting {setting!r}: {exc}") from None
+        check_count("eval_examples", self.eval_examples, held, self.data_path or self.dataset)
         check_model_folder(self.model_path)
 
 

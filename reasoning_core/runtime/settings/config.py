@@ -5,6 +5,12 @@ reads ``--config FILE [--set k=v ...] --out DIR``; ``build_config`` turns the me
 into the dataclass and refuses unknown keys or ill-typed values with a message that names the
 setting and the file it came from. ``save_config`` writes the resolved ``config.yaml`` (plus the
 code's ``provenance``, which ``resolve`` drops again, so a saved file works as ``--config``).
+
+Every number a setting holds is a count, a size, a rate, a coefficient or a seed, so the type
+check also refuses, for every command at once, what none of them can mean: NaN and infinity
+(``--set kl_coef=nan`` would turn a term off without a word), a negative number, and an integer
+that does not fit the 64 bits torch and NumPy take. Each class's ``validate()`` adds its own
+bounds (``lr > 0``, ...).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import math
 import sys
 import types
 import typing
@@ -24,6 +31,9 @@ from reasoning_core.runtime.errors import ConfigError
 from reasoning_core.runtime.settings import provenance
 
 T = TypeVar("T")
+
+# The integers torch, NumPy and the engines take (seeds, counts): int64.
+INT_LIMIT = 2**63
 
 
 def load_yaml(path: str | Path, section: str | None = None) -> dict[str, Any]:
@@ -121,7 +131,8 @@ def _check_type(name: str, value: Any, tp: Any, source: str) -> Any:
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{source}: setting {name!r} must be a mapping, got {value!r}")
-        return dict(value)
+        inner = args[1] if len(args) == 2 else Any
+        return {k: _check_type(f"{name}.{k}", v, inner, source) for k, v in value.items()}
     if tp is float:
         if isinstance(value, str):
             # PyYAML (YAML 1.1) reads "3e-5" (no dot) as a string; accept it as the number.
@@ -131,11 +142,21 @@ def _check_type(name: str, value: Any, tp: Any, source: str) -> Any:
                 pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{source}: setting {name!r} must be a number, got {value!r}")
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond any float
+            number = math.inf
+        if not math.isfinite(number):
+            raise ConfigError(f"{source}: setting {name!r} must be a finite number, got {value!r}")
+        return _not_negative(name, number, source)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{source}: setting {name!r} must be an integer, got {value!r}")
-        return value
+        if value >= INT_LIMIT:
+            raise ConfigError(
+                f"{source}: setting {name!r} must be below 2**63 (a 64-bit integer), got {value}"
+            )
+        return _not_negative(name, value, source)
     if tp is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{source}: setting {name!r} must be true or false, got {value!r}")
@@ -144,6 +165,12 @@ def _check_type(name: str, value: Any, tp: Any, source: str) -> Any:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise ConfigError(f"{source}: setting {name!r} must be a string, got {value!r}")
         return str(value)
+    return value
+
+
+def _not_negative(name: str, value: float, source: str) -> float:
+    if value < 0:
+        raise ConfigError(f"{source}: setting {name!r} must be >= 0, got {value!r}")
     return value
 
 
@@ -180,6 +207,28 @@ def build_config(
     if validate and callable(check):
         check()
     return obj
+
+
+def available_examples(setting: str, task: Any, split: str, path: str | None = None) -> int:
+    """How many examples ``task``'s ``split`` (read from ``path`` when given) holds, read at
+    start: a missing or malformed data file is a :class:`ConfigError` naming ``setting``
+    (the split or path setting) before any model loads."""
+    from envs.base import DataError  # envs imports no torch
+
+    try:
+        return task.available(split, path)
+    except (DataError, ValueError) as exc:
+        where = "" if path is not None else f" split {split!r} of task {task.name!r}:"
+        raise ConfigError(f"setting {setting!r}:{where} {exc}") from None  # exc names the file
+
+
+def check_count(setting: str, asked: int | None, available: int, where: str) -> None:
+    """Refuse ``setting`` when it asks for more examples than ``where`` holds (``available``);
+    null asks for none."""
+    if asked is not None and asked > available:
+        raise ConfigError(
+            f"setting {setting!r} asks for {asked} examples, but {where} has only {available}"
+        )
 
 
 def parse_run_args(

@@ -144,7 +144,10 @@ A command reads its settings from the section named after it in a YAML file (`--
 FILE`; a file without that section is read whole) and from `--set KEY=VALUE` (the value is
 read as YAML: `--set lr=3e-5`, `--set 'stop=["</answer>"]'`, `--set max_examples=null`). A
 setting the command does not know, or a value of the wrong type, stops the command before any
-work with a message naming it. The study's settings (`workflow/config/*.yaml`) are checked
+work with a message naming it. So does a number no setting can mean, whatever the command:
+NaN, infinity, a negative number or an integer beyond 64 bits (every number here is a count,
+size, rate, coefficient or seed); and so does a count of training questions (`train_examples`)
+larger than the split holds, or data a command reads that is missing. The study's settings (`workflow/config/*.yaml`) are checked
 by `workflow/schemas/config.schema.yaml`; each method's `settings:` there are these.
 """
 

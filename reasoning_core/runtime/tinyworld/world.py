@@ -136,7 +136,9 @@ class TinyWorldConfig:
         def bad(name: str, why: str) -> ConfigError:
             return ConfigError(f"setting {name!r} {why}")
 
-        for name in ("steps", "batch_size", "log_every", "num_threads", "tokenizer_docs"):
+        sizes = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads")
+        sizes += ("head_dim", "intermediate_size", "max_position_embeddings")
+        for name in ("steps", "batch_size", "log_every", "num_threads", "tokenizer_docs", *sizes):
             if getattr(self, name) < 1:
                 raise bad(name, "must be >= 1")
         if self.warmup_steps < 0:

@@ -94,7 +94,8 @@ class InstructionSFTConfig(ShardingConfig):
     val_data: str = ""
     """JSONL(.gz) of {prompt, response} pairs for the validation loss ("": none)."""
     val_chunks: int | None = None
-    """Validate on the first N packed chunks of val_data (null: all)."""
+    """Validate on the first N packed chunks of val_data (null, or more than it packs into:
+    all; done.json records the number, val_chunks)."""
     val_every: int = 0
     """Compute the validation loss every N optimizer steps (besides step 0 and the end)."""
     seq_length: int = 512

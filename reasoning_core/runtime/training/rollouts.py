@@ -94,17 +94,33 @@ def eval_params(
     """The ``SamplingParams`` of an evaluation, a trainer's or a command's (``rrl eval``,
     ``eval-suite``, ``supplement-generate``, ``safety-judge``): the ``eval_*`` settings,
     seeded with ``eval_seed`` (null: ``seed``); ``n`` samples per problem; ``stop`` replaces
-    the setting ``stop`` (``rrl eval-suite``'s stop strings are each template's)."""
-    return SamplingParams(
-        n=n,
-        temperature=cfg.eval_temperature,
-        top_p=cfg.eval_top_p,
-        max_tokens=cfg.eval_max_tokens,
-        min_tokens=min_tokens,
-        stop=list(cfg.stop if stop is None else stop),
-        include_stop_str_in_output=include_stop_str_in_output,
-        seed=cfg.seed if cfg.eval_seed is None else cfg.eval_seed,
-    )
+    the setting ``stop`` (``rrl eval-suite``'s stop strings are each template's). A value
+    SamplingParams refuses is a ConfigError naming the setting it came from."""
+    try:
+        return SamplingParams(
+            n=n,
+            temperature=cfg.eval_temperature,
+            top_p=cfg.eval_top_p,
+            max_tokens=cfg.eval_max_tokens,
+            min_tokens=min_tokens,
+            stop=list(cfg.stop if stop is None else stop),
+            include_stop_str_in_output=include_stop_str_in_output,
+            seed=cfg.seed if cfg.eval_seed is None else cfg.eval_seed,
+        )
+    except ValueError as exc:  # its message starts with the field's name
+        field_name = str(exc).split()[0]
+        setting = EVAL_SAMPLING_SETTINGS.get(field_name, field_name)
+        raise ConfigError(f"setting {setting!r}: {exc}") from None
+
+
+# The setting each SamplingParams field of an evaluation comes from (eval_params).
+EVAL_SAMPLING_SETTINGS = {
+    "n": "samples_per_problem",
+    "temperature": "eval_temperature",
+    "top_p": "eval_top_p",
+    "max_tokens": "eval_max_tokens",
+    "min_tokens": "eval_min_tokens",
+}
 
 
 def load_questions(

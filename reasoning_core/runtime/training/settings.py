@@ -27,6 +27,7 @@ from reasoning_core.runtime.engines.hf import HFEngine
 from reasoning_core.runtime.engines.static.engine import StaticEngine
 from reasoning_core.runtime.errors import ConfigError
 from reasoning_core.runtime.run.checkpoint import check_model_folder
+from reasoning_core.runtime.settings.config import available_examples, check_count
 
 # Metric trackers beside metrics.jsonl: setting value -> (module to import, pip extra).
 TRACKERS = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb")}
@@ -103,7 +104,8 @@ class CommonConfig:
     """Clip the gradient to this global L2 norm before each optimizer step."""
     # Evaluation (sampled, fixed problems, seeded: the same seed draws the same sample).
     eval_examples: int | None = 512
-    """Evaluate on the first N problems of eval_split (null: all of them)."""
+    """Evaluate on the first N problems of eval_split (null: all of them; more than the split
+    holds: all of them, with a warning on stderr)."""
     eval_every: int = 0
     """Evaluate every N steps in the trainer's own unit (SFT optimizer steps, EI iterations,
     GRPO steps); 0: only at the start and the end."""
@@ -190,6 +192,14 @@ class CommonConfig:
                 check_pair(self.train_split, self.eval_split)
         except ValueError as exc:
             raise ConfigError(f"setting 'task'/'template'/'*_split': {exc}") from exc
+        # The data read at start, not after the model loaded: a missing data file, or more
+        # training questions asked than the split holds, is named here. (An eval_examples
+        # above the eval split is warned when the evaluation loads it, and takes all.)
+        available_examples("eval_split", task, self.eval_split)
+        if hasattr(self, "train_examples"):  # the trainers that sample training questions
+            held = available_examples("train_split", task, self.train_split)
+            where = f"split {self.train_split!r} of task {self.task!r}"
+            check_count("train_examples", self.train_examples, held, where)
 
 
 @dataclass
