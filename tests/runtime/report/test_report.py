@@ -475,3 +475,12 @@ def test_beside_the_default_run_each_run_is_labelled_by_what_it_changes(tmp_path
     assert report.run_labels(runs, keys) == ["default", "a=2", "b=2, c=2", "d=2"]
     # with three varied settings or fewer the default still names its values
     assert report.run_labels(runs[:3], keys) == ["a=1, b=1, c=1 (default)", "a=2", "b=2, c=2"]
+
+
+@pytest.mark.parametrize("command", ["seeds", "ablations"])
+def test_help_says_95_percent_once(command, capsys):
+    with pytest.raises(SystemExit) as done:
+        rrl([command, "--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps the lines
+    assert "95% " in text and "%%" not in text
