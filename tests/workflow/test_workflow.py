@@ -184,6 +184,23 @@ def test_bad_seed_settings_stop_the_plan(overrides, message, tmp_path):
     assert message in result.stderr + result.stdout, result.stderr + result.stdout
 
 
+def test_settings_given_with_config_are_read_as_set_reads_them(tmp_path):
+    """`--config 'settings={...}'` hands nested values over as text: a number is passed on as
+    a number, and a bad value is refused naming the setting, not a sweep table's row."""
+    shipped_base_copy(tmp_path)
+    given = ["--config", "settings={grpo: {n_grpo_steps: 40}}"]
+    result = snakemake("-n", "-p", *given, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr + result.stdout
+    lines = [line.removeprefix("Shell command: ") for line in result.stdout.splitlines()]
+    grpo = [line for line in lines if line.startswith("rrl grpo ")]
+    assert grpo and all("--set n_grpo_steps=40 " in line for line in grpo), grpo
+    bad = snakemake("-n", "--config", "settings={grpo: {n_grpo_steps: abc}}", cwd=tmp_path)
+    assert bad.returncode != 0
+    text = bad.stderr + bad.stdout
+    assert "then 'settings.grpo'): setting 'n_grpo_steps' must be an integer, got 'abc'" in text
+    assert "grpo_lr.tsv" not in text, text
+
+
 def test_a_seed_column_in_a_sweep_table_is_refused(tmp_path):
     sweeps = tmp_path / "sweeps"
     sweeps.mkdir()
@@ -533,9 +550,31 @@ def test_dpo_family_plans_each_seed_from_the_same_sft_seed(config, sft_run, tmp_
         ),
         pytest.param(
             "lr\n3e-5\n1e-4\t2\n",
-            "grpo_lr.tsv: not a sweep table (Error tokenizing data. C error: Expected 1 fields "
-            "in line 3, saw 2",
+            "grpo_lr.tsv, line 3: 2 tab-separated cell(s) ['1e-4', '2'] where the header "
+            "(line 1) has 1 column(s) ['lr']",
             id="extra-cell",
+        ),
+        pytest.param(
+            "loss_type\tepochs_per_rollout_batch\ttrain_batch_size\ngrpo_clip\t2\t4\t9\n",
+            "grpo_lr.tsv, line 2: 4 tab-separated cell(s) ['grpo_clip', '2', '4', '9'] where the "
+            "header (line 1) has 3 column(s)",
+            id="extra-cell-in-the-first-row",
+        ),
+        pytest.param(
+            "loss_type\tepochs_per_rollout_batch\ttrain_batch_size\ngrpo_clip 2 4\n",
+            "grpo_lr.tsv, line 2: 1 tab-separated cell(s) ['grpo_clip 2 4'] where the header "
+            "(line 1) has 3 column(s)",
+            id="row-separated-by-spaces",
+        ),
+        pytest.param(
+            "loss_type\ngrpo_clip\ngrpo_clip 2\n",
+            "grpo_lr.tsv, line 3, column 'loss_type': the cell 'grpo_clip 2' holds spaces",
+            id="cell-with-spaces",
+        ),
+        pytest.param(
+            "lr\tlr\n3e-5\t1e-4\n",
+            "grpo_lr.tsv, line 1: a column is named twice in ['lr', 'lr']",
+            id="column-twice",
         ),
     ],
 )

@@ -107,6 +107,52 @@ TRAIN_RESOURCES = training_resources(GPUS, NODES)
 EVAL_GPUS = min(GPUS, 1)
 
 
+def _setting_value(command, key, value):
+    """A value of the `settings` mapping as `rrl <command>` reads it. `snakemake --config
+    'settings={grpo: {n_grpo_steps: 40}}'` hands every nested value over as text ('40',
+    'true': snakemake reads --config with YAML's base loader), so text where the setting takes
+    no text is read as `--set key=value` reads it."""
+    from reasoning_core.runtime.errors import ConfigError
+    from reasoning_core.runtime.settings.config import build_config, parse_overrides
+    from reasoning_core.runtime.settings.docs import load_config_class
+
+    if not isinstance(value, str):
+        return value
+    try:
+        build_config(load_config_class(command), {key: value}, validate=False)
+    except ConfigError:
+        try:
+            return parse_overrides([f"{key}={value}"])[key]
+        except ConfigError:
+            return value  # refused, naming the setting, by _check_settings
+    return value
+
+
+def _check_settings(command, settings):
+    """Refuse, naming the setting, a default setting of `command` that is no setting of it or
+    of the wrong type (a sweep table's cells are checked over them: a bad default must not be
+    blamed on a table's row)."""
+    from reasoning_core.runtime.errors import ConfigError
+    from reasoning_core.runtime.settings.config import build_config
+    from reasoning_core.runtime.settings.docs import load_config_class
+
+    cls = load_config_class(command)
+    # The rules give the settings that have no default (eval's model_path) on the command line.
+    given_by_rules = {
+        f.name: ""
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+    source = (
+        f"settings of rrl {command} (section {command!r} of {METHODS_FILE}, then "
+        f"'settings.{command}')"
+    )
+    try:
+        build_config(cls, {**given_by_rules, **settings}, source, validate=False)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def _method_settings():
     """Default settings of each command: its section of the methods file, then `settings`."""
     path = Path(METHODS_FILE)
@@ -117,8 +163,10 @@ def _method_settings():
     for command in COMMANDS:
         section = data.get(command)
         base = dict(section) if isinstance(section, dict) else {}
-        base.update(config["settings"].get(command, {}))
+        given = config["settings"].get(command, {})
+        base.update({key: _setting_value(command, key, value) for key, value in given.items()})
         out[command] = base
+        _check_settings(command, base)
     seeded = [
         c for c in ("eval", "sft", "ei", "grpo", "dpo") if "seed" in config["settings"].get(c, {})
     ]
@@ -188,7 +236,8 @@ def set_args(settings):
 
 def command_settings(command):
     """--set arguments that every run of `command` gets from the configuration."""
-    return set_args(config["settings"].get(command, {}))
+    given = config["settings"].get(command, {})
+    return set_args({key: METHOD_SETTINGS[command][key] for key in given})  # typed values
 
 
 def _same_value(text, default):
@@ -234,20 +283,56 @@ def canonical_variant(method, pattern):
     return posixpath.join(*parts) if parts else "default"
 
 
+def read_sweep_table(path, family):
+    """The table at `path` as text cells, read strictly: the first non-blank line names the
+    columns; every other non-blank line, the first included, holds exactly one cell per
+    column, separated by tabs, with no spaces in a cell (a cell is part of a folder name).
+    Anything else is refused naming the table, the line and what it holds. (pandas takes a
+    first row with one cell too many as holding an index, and a row separated by spaces as
+    one cell: both would plan folders nobody asked for.)"""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such sweep table (family {family!r})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: unreadable sweep table ({exc})") from None
+    numbered = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    if not numbered:
+        raise ValueError(f"{path}: empty; its first line names the columns, separated by tabs")
+    (header_line, header), *rows = numbered
+    columns = header.split("\t")
+    for name in columns:
+        if not name or name != "".join(name.split()):
+            raise ValueError(
+                f"{path}, line {header_line}: column name {name!r} in the header {columns!r}: "
+                "names are separated by tabs and hold no spaces"
+            )
+    if len(set(columns)) != len(columns):
+        raise ValueError(f"{path}, line {header_line}: a column is named twice in {columns!r}")
+    cells = []
+    for number, line in rows:
+        row = line.split("\t")
+        if len(row) != len(columns):
+            raise ValueError(
+                f"{path}, line {number}: {len(row)} tab-separated cell(s) {row!r} where the "
+                f"header (line {header_line}) has {len(columns)} column(s) {columns!r}: every "
+                "row needs exactly one cell per column, separated by tabs"
+            )
+        for name, cell in zip(columns, row):
+            if cell != "".join(cell.split()):
+                raise ValueError(
+                    f"{path}, line {number}, column {name!r}: the cell {cell!r} holds spaces; "
+                    "cells are separated by tabs, and a cell is part of its run's folder name "
+                    "(write a list or mapping without spaces: [a,b])"
+                )
+        cells.append(row)
+    return pd.DataFrame(cells, columns=columns, dtype=str)
+
+
 def sweep(family):
     """The Paramspace table of `family` (<sweeps>/<family>.tsv), cells kept as written."""
     path = SWEEPS_DIR / f"{family}.tsv"
-    try:
-        frame = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False)
-    except pd.errors.ParserError as exc:
-        # pandas says "Expected 1 fields in line 3, saw 2": a row with more cells than the
-        # header has columns
-        raise ValueError(
-            f"{path}: not a sweep table ({exc}); every row needs one tab-separated cell per "
-            "column of the header line"
-        ) from None
-    except FileNotFoundError:
-        raise ValueError(f"{path}: no such sweep table (family {family!r})") from None
+    frame = read_sweep_table(path, family)
     if "seed" in frame.columns:
         raise ValueError(
             f"{path}: column 'seed': every run is trained once per seed of the setting 'seeds'"

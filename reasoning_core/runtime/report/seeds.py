@@ -80,7 +80,7 @@ def main_seeds(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="rrl seeds",
         description="Final accuracy and format reward of a run across its seed~N folders: "
-        "per seed, mean, sample std and 95%% t-interval half-width, as JSON.",
+        "per seed, mean, sample std and 95% t-interval half-width, as JSON.",
     )
     parser.add_argument("--run", required=True, help="run folder holding seed~N folders")
     parser.add_argument("--out", required=True, help="JSON file, e.g. <run>/seeds.json")

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from reasoning_core.runtime.errors import ConfigError
 from reasoning_core.runtime.report.runs import (
     find_runs,
     folder_finals,
@@ -178,12 +179,25 @@ def main_summary(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, help="only these seeds (default: all)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     results = Path(args.results) if args.results else Path(args.out).parent
+    if not args.runs and not results.is_dir():
+        raise ConfigError(f"--results {results}: no such folder (nothing to summarize)")
     runs = [Path(r) for r in args.runs] if args.runs else find_runs(results)
+    if not runs:  # an empty table would pass for a study that ran nothing
+        raise ConfigError(
+            f"--results {results}: no run folders in it (none holds a metrics.jsonl); give "
+            "the results folder of a study, or --runs"
+        )
     try:
         rows = summary_rows(runs, results, args.seeds)
     except ValueError as exc:
         print(f"rrl summary: {exc}", file=sys.stderr)
         return 2
-    write_summary(rows, args.out)
+    try:
+        write_summary(rows, args.out)
+    except OSError as exc:
+        raise ConfigError(
+            f"--out {args.out}: cannot write there ({exc.strerror or exc}); choose a file in a "
+            "folder you can write to"
+        ) from None
     print(f"rrl summary: wrote {args.out} ({len(rows)} rows, {len(runs)} runs)")
     return 0

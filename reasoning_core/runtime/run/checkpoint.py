@@ -10,7 +10,9 @@
   damaged ``config.json``, weights (a truncated safetensors file included) or tokenizer, with
   a message naming the file, instead of an error deep in transformers (or, for a missing
   tokenizer, a silently empty one); a folder with a ``SHA256SUMS`` file has every file it
-  lists checked against its digest.
+  lists checked against its digest, and one without it is loaded with one warning (per folder
+  and process) that its weights cannot be verified. Every model folder ``rrl`` writes (a
+  checkpoint, the tiny world, an imported GGUF model) carries its ``SHA256SUMS``.
 """
 
 from __future__ import annotations
@@ -19,10 +21,13 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
-from reasoning_core.runtime.errors import ConfigError
+from safetensors import SafetensorError
+
+from reasoning_core.runtime.errors import ConfigError, StateError
 
 
 def _fsync_tree(folder: Path) -> None:
@@ -86,15 +91,39 @@ def temporary_folder(final: Path) -> Path:
 
 
 def save_checkpoint(model, tokenizer, path: str | Path) -> Path:
-    """Save ``model`` (safetensors) and ``tokenizer`` in Hugging Face format, atomically."""
+    """Save ``model`` (safetensors) and ``tokenizer`` in Hugging Face format with their
+    ``SHA256SUMS`` (checked whenever the folder is loaded), atomically. A save that fails (a
+    full disk: safetensors raises its own error, the rest ``OSError``) removes its temporary
+    folder and raises :class:`StateError` saying so; the previous ``path``, if any, is kept."""
     final = Path(path)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temporary_folder(final)
-    model.save_pretrained(tmp, safe_serialization=True)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(tmp)
-    replace_atomically(tmp, final)
+    tmp = None
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = temporary_folder(final)
+        model.save_pretrained(tmp, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        write_checksums(tmp, sorted(p.name for p in tmp.iterdir() if p.is_file()))
+        replace_atomically(tmp, final)
+    except (OSError, SafetensorError) as exc:
+        removed = ""
+        if tmp is not None and tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+            removed = f"; the partial copy {tmp} was removed"
+        raise StateError(
+            f"{final}: the checkpoint could not be written ({_reason(exc)}){removed}. Free "
+            "space (or make the folder writable) and run the same command again: it resumes "
+            "from its last saved state, if it saved one (save_every)"
+        ) from None
     return final
+
+
+def _reason(exc: BaseException) -> str:
+    """What a failed write says: the OS's words for an ``OSError`` (``No space left on
+    device``), safetensors' message otherwise (it wraps the OS error in its own text)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
 
 
 # Files from which AutoTokenizer builds a real tokenizer (fast JSON, SentencePiece, BPE, WordPiece).
@@ -174,7 +203,25 @@ def check_model_folder(path: str | Path, setting: str = "model_path") -> None:
         raise ConfigError(prefix + str(exc)) from None
     # Weights damaged at the same size pass the checks above and fail deep in generation;
     # a folder that lists its files' digests says which file changed.
-    verify_checksums(folder, setting)
+    if verify_checksums(folder, setting) == 0:
+        _warn_unverified(folder, setting)
+
+
+# Folders already said to be unverifiable in this process: once each, however often loaded.
+_UNVERIFIED: set[Path] = set()
+
+
+def _warn_unverified(folder: Path, setting: str) -> None:
+    key = folder.resolve()
+    if key in _UNVERIFIED:
+        return
+    _UNVERIFIED.add(key)
+    print(
+        f"warning: setting {setting!r}: {folder} has no {CHECKSUMS}, so its weights cannot be "
+        "verified (damaged bytes would go unnoticed). The folders rrl writes carry one; for "
+        f"this one, `cd {folder} && sha256sum * > {CHECKSUMS}` adds one, once you trust its files",
+        file=sys.stderr,
+    )
 
 
 CHECKSUMS = "SHA256SUMS"

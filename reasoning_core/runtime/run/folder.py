@@ -99,9 +99,16 @@ class RunContext:
                 may_change=RESUME_MAY_CHANGE,
                 what=str(self.state_dir),
             )
-        save_config(cfg, self.out)
-        trackers = open_trackers(cfg.trackers, self.out, dataclasses.asdict(cfg), method)
-        self.metrics = MetricsWriter(self.out, trackers=trackers)
+        try:
+            save_config(cfg, self.out)
+            trackers = open_trackers(cfg.trackers, self.out, dataclasses.asdict(cfg), method)
+            self.metrics = MetricsWriter(self.out, trackers=trackers)
+        except OSError as exc:  # a full disk, say (the lock proved the folder writable)
+            raise StateError(
+                f"{self.out}: cannot write the run's files ({exc.strerror or exc}"
+                f"{': ' + str(exc.filename) if exc.filename else ''}). Free space and run the "
+                "same command again"
+            ) from None
         barrier()  # a no-op in one process
 
     def elapsed(self) -> float:

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from reasoning_core.runtime.errors import StateError
 from reasoning_core.runtime.run.trackers import Tracker
 
 SPLITS = ("train", "eval", "done")
@@ -122,8 +123,20 @@ class MetricsWriter:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         record = {"step": int(step), "split": split}
         record.update({k: _plain(v) for k, v in values.items()})
-        self._file.write(json.dumps(record, sort_keys=False) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(record, sort_keys=False) + "\n")
+            self._file.flush()
+        except OSError as exc:  # a full disk, say: the run cannot go on without its metrics
+            try:
+                self._file.close()  # closes the file even when the flush in it fails again
+            except OSError:
+                pass
+            raise StateError(
+                f"{self.path}: a metrics line could not be written ({exc.strerror or exc}). "
+                "Free space (or make the folder writable) and run the same command again: it "
+                "resumes from its last saved state, if it saved one (save_every), and writes "
+                "the lines after it again"
+            ) from None
         self._records += 1
         for tracker in self.trackers:
             tracker.log(record)

@@ -52,7 +52,9 @@ GIT_TIMEOUT = 10.0  # seconds per git command; a hung git records None, it does 
 def code_root() -> Path:
     """The folder that holds the ``reasoning_core`` package (a checkout's root when run from
     one)."""
-    return Path(__file__).resolve().parents[2]
+    # As many levels up as this module's dotted name is deep below the top package, so that
+    # moving the module to another subpackage cannot make it the wrong folder.
+    return Path(__file__).resolve().parents[len(__name__.split(".")) - 1]
 
 
 def _git(root: Path, *args: str) -> str | None:

@@ -18,10 +18,13 @@ import torch
 from tqdm import tqdm
 
 from reasoning_core.runtime.run.checkpoint import write_checksums
+from reasoning_core.runtime.run.ownership import claim_run_folder, release_run_folder
 from reasoning_core.runtime.settings.config import resolve_command, save_config
 from reasoning_core.runtime.tinyworld.corpus import documents
 from reasoning_core.runtime.tinyworld.model import build_model, build_tokenizer
 from reasoning_core.runtime.tinyworld.world import TinyWorldConfig
+
+COMMAND = "tiny-world"
 
 
 def encode_documents(tokenizer, docs: list[tuple[str, str]]) -> list[list[int]]:
@@ -96,11 +99,23 @@ def make_optimizer(model: torch.nn.Module, cfg: TinyWorldConfig) -> torch.optim.
 
 
 def build(cfg: TinyWorldConfig, out: str | Path, *, progress: bool = True) -> dict[str, Any]:
-    """Build the tiny world into ``out``; return the summary also written to ``done.json``."""
+    """Build the tiny world into ``out``; return the summary also written to ``done.json``.
+
+    ``out`` is claimed as the trainers claim theirs (:mod:`reasoning_core.runtime.run.ownership`):
+    a tiny world finished there with the same settings is kept and its summary returned; a
+    folder of another command, files no run wrote, or a second writer are refused."""
     t0 = time.monotonic()
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "done.json").unlink(missing_ok=True)
+    done = claim_run_folder(out, COMMAND, cfg, may_change={"num_threads"})
+    if done is not None:
+        return done
+    try:
+        return _build(cfg, out, progress=progress, t0=t0)
+    finally:
+        release_run_folder(out)
+
+
+def _build(cfg: TinyWorldConfig, out: Path, *, progress: bool, t0: float) -> dict[str, Any]:
     torch.set_num_threads(cfg.num_threads)
     save_config(cfg, out)  # after the thread count, which its provenance records
     random.seed(cfg.seed)
@@ -188,7 +203,7 @@ def _save_model_atomically(model, tokenizer, out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     resolved = resolve_command(
         TinyWorldConfig,
-        "tiny-world",
+        COMMAND,
         argv,
         "Build the tiny CPU base model (tokenizer + Qwen2 + pretraining) into --out.",
     )

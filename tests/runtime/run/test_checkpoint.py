@@ -272,3 +272,79 @@ def test_checksums_name_the_changed_or_missing_file_and_its_line(tmp_path):
     sums.write_text("not a checksum line\n")
     with pytest.raises(ConfigError, match=r"SHA256SUMS, line 1: not 'SHA256  NAME'"):
         verify_checksums(tmp_path)
+
+
+# ----------------------------------------------------------------------------- checksums
+
+
+def _tiny_checkpoint(tmp_path):
+    from tiny_model import build_model, build_tokenizer
+
+    from reasoning_core.runtime.run.checkpoint import save_checkpoint
+
+    tokenizer = build_tokenizer()
+    model = build_model(len(tokenizer))
+    return model, tokenizer, save_checkpoint(model, tokenizer, tmp_path / "checkpoint")
+
+
+def test_a_checkpoint_carries_its_checksums_and_damaged_weights_are_named(tmp_path, capsys):
+    from reasoning_core.runtime.run.checkpoint import CHECKSUMS, verify_checksums
+
+    *_, folder = _tiny_checkpoint(tmp_path)
+    files = sorted(p.name for p in folder.iterdir())
+    assert CHECKSUMS in files and "model.safetensors" in files
+    assert verify_checksums(folder) == len(files) - 1  # every file but SHA256SUMS itself
+    check_model_folder(folder)
+    assert "cannot be verified" not in capsys.readouterr().err
+    weights = folder / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-5] ^= 0xFF  # one byte of a tensor: the header still parses, the size is the same
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ConfigError, match=r"model\.safetensors differs from its checksum"):
+        check_model_folder(folder)
+
+
+def test_a_folder_without_checksums_loads_with_one_warning(tmp_path, capsys):
+    from tiny_model import save_tiny_model
+
+    folder = save_tiny_model(tmp_path / "m")
+    check_model_folder(folder)
+    check_model_folder(folder)
+    err = capsys.readouterr().err
+    assert err.count("has no SHA256SUMS, so its weights cannot be verified") == 1, err
+    assert f"warning: setting 'model_path': {folder}" in err
+
+
+def test_a_full_disk_at_the_checkpoint_is_a_message_and_leaves_no_partial_copy(
+    tmp_path, monkeypatch
+):
+    import errno
+
+    from safetensors import SafetensorError
+
+    from reasoning_core.runtime.run.checkpoint import save_checkpoint
+
+    model, tokenizer, folder = _tiny_checkpoint(tmp_path)
+    before = (folder / "model.safetensors").read_bytes()
+
+    def full_disk(self, path, **kwargs):  # as safetensors stops on a full disk
+        (Path(path) / "model.safetensors").write_bytes(b"\0" * 100)
+        raise SafetensorError(f"Error while serializing: {OSError(errno.ENOSPC, 'No space')}")
+
+    monkeypatch.setattr(type(model), "save_pretrained", full_disk)
+    with pytest.raises(StateError) as err:
+        save_checkpoint(model, tokenizer, folder)
+    message = str(err.value)
+    assert message.startswith(f"{folder}: the checkpoint could not be written (")
+    assert "No space" in message
+    assert f"the partial copy {folder}.tmp-{os.getpid()} was removed" in message
+    assert not list(tmp_path.glob("checkpoint.tmp-*"))
+    assert (folder / "model.safetensors").read_bytes() == before  # the last one is kept
+
+    def no_space(self, path, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(type(model), "save_pretrained", no_space)
+    with pytest.raises(StateError, match=r"could not be written \(No space left on device\)"):
+        save_checkpoint(model, tokenizer, tmp_path / "other")
+    assert not list(tmp_path.glob("other.tmp-*"))

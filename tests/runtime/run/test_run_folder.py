@@ -358,3 +358,60 @@ def test_rrl_help_aligns_every_command_and_eval_suite_help_names_compare(capsys)
     with pytest.raises(SystemExit):
         cli.main(["eval-suite", "--help"])
     assert "--compare published" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- a full disk
+
+
+class _FullDisk:
+    """A metrics file on a full disk: every write fails as the OS fails it."""
+
+    def __init__(self, file):
+        self.file = file
+
+    def write(self, text):
+        import errno
+
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def __getattr__(self, name):  # the rest (truncate, seek, close) as the file does it
+        return getattr(self.file, name)
+
+
+def test_a_full_disk_at_the_first_metrics_line_is_a_message(world, tmp_path, monkeypatch, capsys):
+    opened = MetricsWriter.__init__
+
+    def on_a_full_disk(self, *args, **kwargs):
+        opened(self, *args, **kwargs)
+        self._file = _FullDisk(self._file)
+
+    monkeypatch.setattr(MetricsWriter, "__init__", on_a_full_disk)
+    out = tmp_path / "sft"
+    assert cli.main(["sft", *sets({**SFT, "model_path": str(world)}), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"rrl sft: {out / 'metrics.jsonl'}: a metrics line could not be written (No space" in err
+    assert "Traceback" not in err
+    assert not (out / "done.json").exists()
+
+
+def test_a_full_disk_at_the_final_checkpoint_is_a_message_and_cleaned_up(
+    world, tmp_path, monkeypatch, capsys
+):
+    import errno
+
+    from safetensors import SafetensorError
+    from transformers import PreTrainedModel
+
+    def full_disk(self, path, **kwargs):  # as safetensors stops on a full disk
+        (Path(path) / "model.safetensors").write_bytes(b"\0" * 100)
+        raise SafetensorError(f"Error while serializing: {OSError(errno.ENOSPC, 'No space')}")
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", full_disk)
+    out = tmp_path / "sft"
+    assert cli.main(["sft", *sets({**SFT, "model_path": str(world)}), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    checkpoint = out / "checkpoint"
+    assert f"rrl sft: {checkpoint}: the checkpoint could not be written (" in err
+    assert f"the partial copy {checkpoint}.tmp-{os.getpid()} was removed" in err
+    assert "Traceback" not in err
+    assert not list(out.glob("checkpoint*")) and not (out / "done.json").exists()

@@ -130,3 +130,20 @@ def test_provenance_names_the_float_path(tmp_path, monkeypatch):
 def test_tiny_world_config_records_its_thread_count(world):
     saved = yaml.safe_load((world / "config.yaml").read_text())
     assert saved["provenance"]["machine"]["torch_threads"] == saved["num_threads"]
+
+
+def test_runs_from_this_checkout_record_its_commit():
+    """The tests run from a git checkout (CI's clone included): its commit is recorded, and
+    the folder that holds the package is the checkout's root."""
+    from project_root import ROOT
+
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
+    )
+    if head.returncode != 0:
+        pytest.skip(f"{ROOT} is not a git checkout")
+    assert provenance.code_root() == ROOT.resolve()
+    state = provenance.git_state()
+    assert state["git_commit"] == head.stdout.strip()
+    assert isinstance(state["git_dirty"], bool)
+    assert provenance.collect()["git_commit"] == head.stdout.strip()

@@ -337,3 +337,79 @@ def test_weight_decay_on_matrices_only():
     assert no_decay["params"] and all(p.dim() == 1 for p in no_decay["params"])
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
     assert decay["lr"] == cfg.lr and decay["betas"] == tuple(cfg.betas)
+
+
+# ----------------------------------------------------------------------------- its --out folder
+
+
+def _held(out, command):
+    """Lock ``out`` as a running ``rrl <command>`` does (its marker's flock), from another
+    open file, as another process would hold it."""
+    import fcntl
+
+    from reasoning_core.runtime.run.ownership import MARKER
+
+    out.mkdir(parents=True, exist_ok=True)
+    handle = open(out / MARKER, "a+", encoding="utf-8")  # noqa: SIM115 (closed by the caller)
+    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    handle.write(json.dumps({"command": command, "pid": 4242}) + "\n")
+    handle.flush()
+    return handle
+
+
+def test_tiny_world_refuses_a_finished_or_running_grpo_folder(tmp_path, capsys):
+    from reasoning_core.runtime import cli
+
+    finished = tmp_path / "finished"
+    handle = _held(finished, "grpo")
+    (finished / "metrics.jsonl").write_text('{"step": 1, "split": "train"}\n')
+    (finished / "done.json").write_text(json.dumps({"method": "grpo", "step": 1}))
+    handle.close()
+    assert cli.main(["tiny-world", *set_args(MICRO), "--out", str(finished)]) == 2
+    assert "holds a finished `rrl grpo` run" in capsys.readouterr().err
+    assert json.loads((finished / "done.json").read_text())["method"] == "grpo"
+    assert (finished / "metrics.jsonl").read_text() == '{"step": 1, "split": "train"}\n'
+
+    running = tmp_path / "running"
+    handle = _held(running, "grpo")
+    try:
+        assert cli.main(["tiny-world", *set_args(MICRO), "--out", str(running)]) == 2
+    finally:
+        handle.close()
+    assert "holds an unfinished `rrl grpo` run" in capsys.readouterr().err
+    assert not (running / "config.yaml").exists()
+
+
+def test_a_second_tiny_world_writer_is_refused(tmp_path, capsys):
+    from reasoning_core.runtime import cli
+
+    handle = _held(tmp_path / "w", "tiny-world")
+    try:
+        assert cli.main(["tiny-world", *set_args(MICRO), "--out", str(tmp_path / "w")]) == 2
+    finally:
+        handle.close()
+    assert "being written by another rrl process (pid 4242)" in capsys.readouterr().err
+    assert not (tmp_path / "w" / "config.yaml").exists()
+
+
+def test_a_finished_tiny_world_is_kept_when_identical_and_refused_otherwise(micro_world, capsys):
+    from reasoning_core.runtime import cli
+
+    before = (micro_world / "model.safetensors").stat().st_mtime_ns
+    assert cli.main(["tiny-world", *set_args(MICRO), "--out", str(micro_world)]) == 0
+    assert "is already complete (done.json), with the same settings" in capsys.readouterr().err
+    other = [*set_args(MICRO), "--set", "seed=1", "--out", str(micro_world)]
+    assert cli.main(["tiny-world", *other]) == 2
+    assert "seed 0 -> 1" in capsys.readouterr().err
+    assert (micro_world / "model.safetensors").stat().st_mtime_ns == before
+
+
+def test_tiny_world_into_a_folder_it_cannot_write_is_a_message(tmp_path, capsys):
+    from reasoning_core.runtime import cli
+
+    (tmp_path / "file").write_text("not a folder")
+    out = tmp_path / "file" / "w"
+    assert cli.main(["tiny-world", *set_args(MICRO), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"rrl tiny-world: --out {out}: cannot write there" in err
+    assert "Traceback" not in err
