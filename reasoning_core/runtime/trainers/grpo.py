@@ -153,8 +153,9 @@ def sample_rollout_batch(
     kept = (kept * (count // len(kept) + 1))[:count]
     stats["dynamic_sampling/repeated"] = float(repeated)
     size = cfg.group_size
-    batch = RolloutBatch.concat([b.rows(g * size, (g + 1) * size) for b, _, g in kept])
-    batch.seconds = sum_seconds({id(b): b for b, _, _ in kept}.values())
+    # The kept groups' rows; the time of every round that gave one.
+    seconds = sum_seconds({id(b): b for b, _, _ in kept}.values())
+    batch = RolloutBatch.concat([b.rows(g * size, (g + 1) * size) for b, _, g in kept], seconds)
     group_rewards = [r[g * size : (g + 1) * size] for _, r, g in kept]
     return batch, torch.cat(group_rewards), first, stats
 
