@@ -324,6 +324,12 @@ SAPO_TAU_POS = Param("sapo_tau_pos", default=1.0, meaning="gate temperature wher
 SAPO_TAU_NEG = Param("sapo_tau_neg", default=1.05, meaning="gate temperature where A <= 0")
 
 
+def _with_clip_pair(fn, policy_log_probs, inputs, settings):
+    """``fn`` (DAPO's or CISPO's per-token loss) of the inputs with the settings' clip pair."""
+    low, high = settings.cliprange_low, settings.cliprange_high
+    return fn(inputs.advantages, policy_log_probs, inputs.old_log_probs, low, high)
+
+
 @register_policy_loss(
     "no_baseline",
     paper="Williams 1992 (REINFORCE)",
@@ -384,13 +390,7 @@ def _grpo_no_clip(policy_log_probs, response_mask, inputs, settings):
     "grow, against entropy collapse",
 )
 def _dapo(policy_log_probs, response_mask, inputs, settings):
-    return compute_dapo_clip_loss(
-        inputs.advantages,
-        policy_log_probs,
-        inputs.old_log_probs,
-        settings.cliprange_low,
-        settings.cliprange_high,
-    )
+    return _with_clip_pair(compute_dapo_clip_loss, policy_log_probs, inputs, settings)
 
 
 @register_policy_loss(
@@ -425,13 +425,7 @@ def _gspo(policy_log_probs, response_mask, inputs, settings):
     "no token loses its gradient",
 )
 def _cispo(policy_log_probs, response_mask, inputs, settings):
-    return compute_cispo_loss(
-        inputs.advantages,
-        policy_log_probs,
-        inputs.old_log_probs,
-        settings.cliprange_low,
-        settings.cliprange_high,
-    )
+    return _with_clip_pair(compute_cispo_loss, policy_log_probs, inputs, settings)
 
 
 @register_policy_loss(

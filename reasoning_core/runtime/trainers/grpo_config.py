@@ -12,17 +12,9 @@ from typing import Literal
 
 from reasoning_core import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, PRESETS, LossSettings
 from reasoning_core.runtime.errors import ConfigError
+from reasoning_core.runtime.training import settings as checks
 from reasoning_core.runtime.training.batching import PACKABLE_ATTENTION
-from reasoning_core.runtime.training.settings import (
-    RolloutConfig,
-    ShardingConfig,
-    check_at_least_one,
-    check_divisible,
-    check_group_seeding,
-    check_non_negative,
-    check_sampling,
-    check_world_batches,
-)
+from reasoning_core.runtime.training.settings import RolloutConfig, ShardingConfig
 
 
 def param_default(name: str) -> float:
@@ -161,22 +153,22 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
 
     def validate(self) -> None:
         settings = self.loss  # the loss's own settings, checked by the registry's bounds
-        check_at_least_one(
+        checks.check_at_least_one(
             self, "n_grpo_steps", "group_size", "epochs_per_rollout_batch", "sampling_max_tokens"
         )
         if self.group_size < 2:
             raise ConfigError(
                 f"setting 'group_size' must be >= 2 for group advantages, got {self.group_size}"
             )
-        check_divisible(self, "rollout_batch_size", "group_size")
-        check_divisible(self, "train_batch_size", "gradient_accumulation_steps")
-        check_divisible(self, "rollout_batch_size", "train_batch_size")
+        checks.check_divisible(self, "rollout_batch_size", "group_size")
+        checks.check_divisible(self, "train_batch_size", "gradient_accumulation_steps")
+        checks.check_divisible(self, "rollout_batch_size", "train_batch_size")
         if self.train_batch_size < self.group_size:
             raise ConfigError(
                 f"setting 'train_batch_size' ({self.train_batch_size}) must be >= "
                 f"'group_size' ({self.group_size})"
             )
-        check_sampling(self)
+        checks.check_sampling(self)
         if settings.entry.needs_old_log_probs and self.old_log_probs == "none":
             raise ConfigError(
                 f"setting 'old_log_probs' is 'none' but loss_type {self.loss_type!r} needs the "
@@ -208,7 +200,7 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
         """Under ``torchrun`` on ``world`` processes: group seeding, whole groups per rank (the
         rollout batch's questions a multiple of the world size), and the train batch and its
         micro batches split evenly (docs/gpu.md, "Several GPUs")."""
-        check_group_seeding(self, world)
+        checks.check_group_seeding(self, world)
         self.check_sharding()
         groups = self.n_prompts_per_rollout_batch
         if groups % world:
@@ -218,7 +210,7 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
                 f"the world size ({world} processes under torchrun): make rollout_batch_size / "
                 f"group_size a multiple of {world}"
             )
-        check_world_batches(self, world, "train_batch_size", "gradient_accumulation_steps")
+        checks.check_world_batches(self, world, "train_batch_size", "gradient_accumulation_steps")
 
     def _validate_variants(self) -> None:
         """The policy-gradient variants' settings (docs/algorithms.md); a setting that would
@@ -246,7 +238,7 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
                 "setting 'normalize_constant' is set but length_normalization token_mean "
                 "counts the train batch's tokens instead; leave it null"
             )
-        check_non_negative(self, "dynamic_sampling_max_rounds")
+        checks.check_non_negative(self, "dynamic_sampling_max_rounds")
         if self.overlong_cache_tokens is not None:
             if self.overlong != "soft_penalty":
                 raise ConfigError(
