@@ -24,6 +24,7 @@ from reasoning_core import (
     token_mean_constant,
 )
 from reasoning_core.masked import masked_mean_or_zero
+from reasoning_core.registry import policy_loss
 from tests.helpers.pg_batches import LOSS_TYPES, grad_of, loss_inputs, loss_settings, pg_batches
 
 CLIPS = st.sampled_from([(0.2, 0.2), (0.1, 0.3), (0.3, 0.05), (0.0, 0.5)])
@@ -462,3 +463,16 @@ def test_kl_settings_errors():
         grpo_loss(*args, LossSettings("reinforce_with_baseline", kl_coef=0.1))
     with pytest.raises(ValueError, match="normalize_constant"):
         grpo_loss(*args, LossSettings("reinforce_with_baseline", length_normalization="token_mean"))
+
+
+@given(batches(), st.sampled_from(LOSS_TYPES))
+def test_a_loss_reads_only_the_inputs_its_entry_names(b, loss_type):
+    """The runtime gives a loss only what its registry entry lists (no sampling-policy pass
+    for a loss that does not list old_log_probs): the loss must not change without the rest."""
+    entry = POLICY_LOSSES[loss_type]
+    settings = loss_settings(loss_type)
+    full = loss_inputs(b)
+    listed = LossInputs(**{k: getattr(full, k) for k in entry.inputs if k in LossInputs._fields})
+    everything, _ = policy_loss(b["log_probs"], b["mask"], full, settings)
+    only, _ = policy_loss(b["log_probs"], b["mask"], listed, settings)
+    assert torch.equal(everything, only)

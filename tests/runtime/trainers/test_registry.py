@@ -13,9 +13,9 @@ import pytest
 import yaml
 from micro_world import GRPO, QUIET, fake_grade, sets, train_lines
 
-import reasoning_core
 from reasoning_core import POLICY_LOSSES, PRESETS, register_policy_loss
 from reasoning_core.runtime import cli
+from reasoning_core.runtime.errors import ConfigError
 from reasoning_core.runtime.run.metrics import read_metrics
 from reasoning_core.runtime.settings.config import build_config
 from reasoning_core.runtime.trainers import grpo
@@ -78,7 +78,7 @@ def test_a_preset_expands_to_its_papers_settings_and_each_can_be_overridden(worl
     assert dapo.dynamic_sampling and dapo.length_normalization == "token_mean"
     mine = build_config(grpo.GRPOConfig, {**base, "preset": "dapo", "cliprange_high": 0.3})
     assert mine.cliprange_high == 0.3 and mine.loss_type == "dapo"
-    with pytest.raises(reasoning_core.runtime.errors.ConfigError, match="preset"):
+    with pytest.raises(ConfigError, match="preset"):
         build_config(grpo.GRPOConfig, {**base, "preset": "ppo"})
     # Every preset is a valid configuration, and the loss's part is its registry entry's.
     for name, values in PRESETS.items():
@@ -147,3 +147,16 @@ def test_loss_names_and_clip_bounds_are_written_once():
         if bound.search(p.read_text())
     ]
     assert holders == ["reasoning_core/losses.py"]
+
+
+def test_use_std_normalization_false_selects_the_estimator_without_the_std(world):
+    base = {**SHORT, "model_path": str(world)}
+    assert build_config(grpo.GRPOConfig, base).estimator == "grpo"
+    off = build_config(grpo.GRPOConfig, {**base, "use_std_normalization": False})
+    assert off.estimator == "dr_grpo"
+    named = build_config(grpo.GRPOConfig, {**base, "advantage_estimator": "dr_grpo"})
+    assert named.estimator == "dr_grpo"
+    with pytest.raises(ConfigError, match="use_std_normalization"):
+        build_config(
+            grpo.GRPOConfig, {**base, "advantage_estimator": "rloo", "use_std_normalization": False}
+        )
