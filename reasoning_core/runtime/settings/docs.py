@@ -129,6 +129,7 @@ def help_text(cls: type, section: str, width: int = 100) -> str:
             width=width,
             initial_indent="      ",
             subsequent_indent="      ",
+            break_on_hyphens=False,  # a formula's "1-eps" stays whole
         )
     return "\n".join(lines)
 
