@@ -31,6 +31,8 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 import torch  # noqa: E402
 
 from reasoning_core import (  # noqa: E402
+    LossInputs,
+    LossSettings,
     get_response_log_probs,
     grpo_loss,
     logprob_mismatch,
@@ -107,7 +109,8 @@ def optimizer_step(policy, lr, tensors, seed):
     lp = get_response_log_probs(policy, input_ids, labels)["log_probs"]
     gen = torch.Generator().manual_seed(seed)
     advantages = torch.randn(len(lp), 1, generator=gen)
-    loss, _ = grpo_loss(lp, mask, "reinforce_with_baseline", advantages=advantages)
+    inputs, settings = LossInputs(advantages=advantages), LossSettings("reinforce_with_baseline")
+    loss, _ = grpo_loss(lp, mask, inputs, settings)
     loss.backward()
     optimizer.step()
     policy.eval()

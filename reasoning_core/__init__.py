@@ -8,7 +8,6 @@ neither are transformers or vllm (models and tokenizers are passed in and duck-t
 """
 
 from .advantages import (
-    ADVANTAGE_ESTIMATORS,
     batch_std_advantages,
     compute_advantages,
     compute_group_normalized_rewards,
@@ -32,8 +31,6 @@ from .logprobs import (
     log_probs_from_logits,
 )
 from .losses import (
-    LENGTH_NORMS,
-    LOSS_TYPES,
     compute_cispo_loss,
     compute_dapo_clip_loss,
     compute_grpo_clip_loss,
@@ -51,6 +48,15 @@ from .losses import (
 from .masked import masked_mean, masked_normalize
 from .preference import dpo_loss, sequence_log_probs
 from .presets import PRESETS
+from .registry import (
+    ADVANTAGE_ESTIMATORS,
+    LENGTH_NORMS,
+    POLICY_LOSSES,
+    LossInputs,
+    LossSettings,
+    register_advantage_estimator,
+    register_policy_loss,
+)
 from .sampling_filters import dynamic_sampling_keep, mask_truncated, soft_overlong_penalty
 from .tokenization import tokenize_prompt_and_output
 
@@ -60,8 +66,10 @@ __all__ = [
     "CONTROL_REWARDS",
     "KL_ESTIMATORS",
     "LENGTH_NORMS",
-    "LOSS_TYPES",
+    "POLICY_LOSSES",
     "PRESETS",
+    "LossInputs",
+    "LossSettings",
     "RATIO_BAND",
     "apply_token_weights",
     "batch_std_advantages",
@@ -91,6 +99,8 @@ __all__ = [
     "masked_normalize",
     "mismatch_warning",
     "random_rewards",
+    "register_advantage_estimator",
+    "register_policy_loss",
     "reinforce_pp_advantages",
     "rloo_advantages",
     "sequence_log_probs",

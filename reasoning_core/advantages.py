@@ -2,19 +2,9 @@
 
 GRPO's group-normalized advantages (Shao et al. 2024, "DeepSeekMath", section 4.1.2) and the
 estimators that followed it, all pure functions of a flat reward vector whose consecutive
-blocks of ``group_size`` responses share a prompt:
-
-==================  ==========================================  =================================
-estimator           advantage of response ``i`` of group ``g``  paper
-==================  ==========================================  =================================
-``grpo``            (r - mean_g) / (std_g + eps)                Shao et al. 2024
-``dr_grpo``         r - mean_g                                  Liu et al. 2025 (Dr. GRPO)
-``rloo``            r - mean of the other G-1 rewards of g      Ahmadian et al. 2024 (RLOO)
-``batch_std``       (r - mean_g) / (std over the batch + eps)   Liu et al. 2025 (LitePPO)
-``reinforce_pp``    (r - batch mean) / (batch std + eps)        Hu 2025 (REINFORCE++)
-==================  ==========================================  =================================
-
-:func:`compute_advantages` dispatches on the name (:data:`ADVANTAGE_ESTIMATORS`).
+blocks of ``group_size`` responses share a prompt. Each is registered by name in
+:data:`~reasoning_core.registry.ADVANTAGE_ESTIMATORS` with its formula and paper
+(docs/algorithms.md's table reads them); :func:`compute_advantages` dispatches on the name.
 """
 
 from __future__ import annotations
@@ -24,9 +14,9 @@ from collections.abc import Callable, Sequence
 import torch
 
 from ._typing import Float, Tensor
+from .registry import ADVANTAGE_ESTIMATORS, register_advantage_estimator
 
 __all__ = [
-    "ADVANTAGE_ESTIMATORS",
     "batch_std_advantages",
     "compute_advantages",
     "compute_group_normalized_rewards",
@@ -34,8 +24,6 @@ __all__ = [
     "reinforce_pp_advantages",
     "rloo_advantages",
 ]
-
-ADVANTAGE_ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "batch_std", "reinforce_pp")
 
 
 def _check_group_size(n: int, group_size: int) -> None:
@@ -263,33 +251,72 @@ def reinforce_pp_advantages(
     return group_normalize(raw_rewards, n, advantage_eps, normalize_by_std=True)
 
 
+@register_advantage_estimator(
+    "grpo",
+    paper="Shao et al. 2024, DeepSeekMath",
+    formula="(r - mean_g) / (std_g + eps)",
+    without_std="dr_grpo",
+    note="the baseline of GRPO (the handout's default)",
+)
+def _grpo(raw_rewards, group_size, advantage_eps):
+    return group_normalize(raw_rewards, group_size, advantage_eps, normalize_by_std=True)
+
+
+@register_advantage_estimator(
+    "dr_grpo",
+    paper="Liu et al. 2025, Understanding R1-Zero-Like Training",
+    formula="r - mean_g",
+    note="no std division: questions almost always solved (or failed) are not up-weighted",
+)
+def _dr_grpo(raw_rewards, group_size, advantage_eps):
+    return group_normalize(raw_rewards, group_size, advantage_eps, normalize_by_std=False)
+
+
+@register_advantage_estimator(
+    "rloo",
+    paper="Ahmadian et al. 2024 (RLOO)",
+    formula="r - mean of the other G-1 rewards of g",
+    note="the baseline does not contain the response's own reward: an unbiased estimate",
+)
+def _rloo(raw_rewards, group_size, advantage_eps):
+    return rloo_advantages(raw_rewards, group_size)
+
+
+@register_advantage_estimator(
+    "batch_std",
+    paper="Liu et al. 2025, Tricks or Traps? (LitePPO)",
+    formula="(r - mean_g) / (std over the batch + eps)",
+    note="group mean, batch std: a group whose rewards barely differ is not blown up",
+)
+def _batch_std(raw_rewards, group_size, advantage_eps):
+    return batch_std_advantages(raw_rewards, group_size, advantage_eps)
+
+
+@register_advantage_estimator(
+    "reinforce_pp",
+    paper="Hu 2025 (REINFORCE++)",
+    formula="(r - batch mean) / (batch std + eps)",
+    note="no group at all: the baseline is the batch",
+)
+def _reinforce_pp(raw_rewards, group_size, advantage_eps):
+    return reinforce_pp_advantages(raw_rewards, advantage_eps)
+
+
 def compute_advantages(
     raw_rewards: Float[Tensor, "*batch n"],
     group_size: int,
     estimator: str,
     advantage_eps: float,
 ) -> tuple[Float[Tensor, "*batch n"], dict[str, Tensor]]:
-    """Advantages by the estimator's name, one of :data:`ADVANTAGE_ESTIMATORS`.
+    """Advantages by the estimator's name, an entry of :data:`ADVANTAGE_ESTIMATORS`.
 
     ``grpo`` and ``dr_grpo`` are :func:`group_normalize` with and without the std division;
     ``rloo``, ``batch_std`` and ``reinforce_pp`` are the functions of those names (the last
     ignores ``group_size``). The Dr. GRPO method also sums each response's loss over a
-    constant instead of its length: the preset ``reasoning_core.presets.PRESETS["dr_grpo"]``
-    pairs the estimator with that reduction.
+    constant instead of its length: the preset ``dr_grpo`` (``reasoning_core.presets``) pairs
+    the estimator with that reduction.
 
     Raises:
         ValueError: on an unknown estimator, or as the estimator's function.
     """
-    if estimator == "grpo":
-        return group_normalize(raw_rewards, group_size, advantage_eps, normalize_by_std=True)
-    if estimator == "dr_grpo":
-        return group_normalize(raw_rewards, group_size, advantage_eps, normalize_by_std=False)
-    if estimator == "rloo":
-        return rloo_advantages(raw_rewards, group_size)
-    if estimator == "batch_std":
-        return batch_std_advantages(raw_rewards, group_size, advantage_eps)
-    if estimator == "reinforce_pp":
-        return reinforce_pp_advantages(raw_rewards, advantage_eps)
-    raise ValueError(
-        f"unknown advantage estimator {estimator!r}; expected one of {ADVANTAGE_ESTIMATORS}"
-    )
+    return ADVANTAGE_ESTIMATORS[estimator].fn(raw_rewards, group_size, advantage_eps)

@@ -15,7 +15,8 @@ sync that silently failed make the two disagree, so the samples come from a dist
   :math:`w_t = \min(\pi_\text{old}(o_t) / \pi_\text{engine}(o_t), C)`, detached (Yao et al. 2025,
   "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training"), and
   :func:`apply_token_weights` multiplies a per-token policy-gradient loss by it before the
-  masked reduction (``grpo_loss(..., token_weights=w)`` does the same inside the objective).
+  masked reduction (``grpo_loss`` with ``LossInputs(token_weights=w)`` does the same inside the
+  objective).
   Where engine and policy agree exactly, :math:`w_t = \exp(0) = 1` exactly, and multiplying by
   1.0 is exact in IEEE arithmetic: the loss and its gradient are unchanged bit for bit.
 - :func:`mismatch_warning` decides whether a measured mean difference deserves a warning.

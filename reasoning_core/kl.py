@@ -35,7 +35,8 @@ def kl_penalty(
     r"""Per-token KL estimate of the sampled tokens, by the estimator's name (module table).
 
     Unreduced: the caller adds ``beta`` times it to the per-token loss
-    (``grpo_loss(..., kl_coef=beta, ref_log_probs=...)``) before the masked reduction.
+    (``grpo_loss`` with ``LossInputs(ref_log_probs=...)`` and ``LossSettings(kl_coef=beta)``)
+    before the masked reduction.
 
     >>> kl_penalty(torch.tensor([-1.0, -2.0]), torch.tensor([-1.0, -1.0]), "k3")
     tensor([0.0000, 0.7183])

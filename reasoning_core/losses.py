@@ -20,18 +20,22 @@ Metadata tensors are detached: they are for logging, not for differentiation.
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import torch
 
 from ._typing import Float, Shaped, Tensor
 from .correction import apply_token_weights
-from .kl import KL_ESTIMATORS, kl_penalty
+from .kl import kl_penalty
 from .masked import masked_mean_or_zero, masked_normalize
+from .registry import (
+    LossInputs,
+    LossSettings,
+    Param,
+    policy_loss,
+    register_policy_loss,
+)
 
 __all__ = [
-    "LOSS_TYPES",
-    "LENGTH_NORMS",
     "compute_naive_policy_gradient_loss",
     "compute_grpo_clip_loss",
     "compute_grpo_no_clip_loss",
@@ -46,29 +50,6 @@ __all__ = [
     "sft_microbatch_train_step",
     "grpo_microbatch_train_step",
 ]
-
-LossType = Literal[
-    "no_baseline",
-    "reinforce_with_baseline",
-    "grpo_clip",
-    "grpo_no_clip",
-    "dapo",
-    "gspo",
-    "cispo",
-    "sapo",
-]
-LOSS_TYPES: tuple[str, ...] = (
-    "no_baseline",
-    "reinforce_with_baseline",
-    "grpo_clip",
-    "grpo_no_clip",
-    "dapo",
-    "gspo",
-    "cispo",
-    "sapo",
-)
-LengthNorm = Literal["masked_mean", "masked_normalize", "token_mean"]
-LENGTH_NORMS: tuple[str, ...] = ("masked_mean", "masked_normalize", "token_mean")
 
 
 def _check_column(name: str, column: Tensor, like: Tensor) -> None:
@@ -132,8 +113,6 @@ def compute_grpo_clip_loss(
         ``(loss (B, T), metadata)`` with ``clipped`` (bool, per token) and ``ratio``.
     """
     _check_column("advantages", advantages, policy_log_probs)
-    if cliprange < 0:
-        raise ValueError(f"cliprange must be >= 0, got {cliprange}")
     ratio = torch.exp(policy_log_probs - old_log_probs.detach())
     unclipped = ratio * advantages
     clipped = torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange) * advantages
@@ -175,12 +154,6 @@ def _clipped_surrogate(
     return -torch.minimum(plain, bounded), (bounded < plain).detach()
 
 
-def _check_clips(cliprange_low: float, cliprange_high: float) -> None:
-    for name, value in (("cliprange_low", cliprange_low), ("cliprange_high", cliprange_high)):
-        if value < 0:
-            raise ValueError(f"{name} must be >= 0, got {value}")
-
-
 def compute_dapo_clip_loss(
     advantages: Float[Tensor, "*batch 1"],
     policy_log_probs: Float[Tensor, "*batch seq"],
@@ -207,7 +180,6 @@ def compute_dapo_clip_loss(
         strictly smaller, so the token gets no gradient) and ``ratio``.
     """
     _check_column("advantages", advantages, policy_log_probs)
-    _check_clips(cliprange_low, cliprange_high)
     ratio = torch.exp(policy_log_probs - old_log_probs.detach())
     loss, clipped = _clipped_surrogate(ratio, advantages, cliprange_low, cliprange_high)
     return loss, {"clipped": clipped, "ratio": ratio.detach()}
@@ -252,7 +224,6 @@ def compute_gspo_loss(
         and ``ratio`` (``s`` on each token).
     """
     _check_column("advantages", advantages, policy_log_probs)
-    _check_clips(cliprange_low, cliprange_high)
     log_ratio = policy_log_probs - old_log_probs.detach()
     seq_log_ratio = masked_mean_or_zero(log_ratio, response_mask, dim=-1).unsqueeze(-1)
     seq_ratio = torch.exp(seq_log_ratio.detach() + policy_log_probs - policy_log_probs.detach())
@@ -264,7 +235,7 @@ def compute_cispo_loss(
     advantages: Float[Tensor, "*batch 1"],
     policy_log_probs: Float[Tensor, "*batch seq"],
     old_log_probs: Float[Tensor, "*batch seq"],
-    cliprange_low: float,
+    cliprange_low: float | None,
     cliprange_high: float,
 ) -> tuple[Float[Tensor, "*batch seq"], dict[str, Tensor]]:
     r"""Per-token CISPO loss: REINFORCE weighted by the clipped, detached importance ratio
@@ -277,7 +248,8 @@ def compute_cispo_loss(
 
     PPO's clip zeroes the gradient of a token whose ratio left the range; CISPO clips the
     *weight* instead, so every token keeps a gradient (rare "fork" tokens included). The
-    paper sets no lower bound (``cliprange_low >= 1``: ratios are positive). At ``r = 1`` the
+    paper sets no lower bound: ``cliprange_low=None`` (the registered loss's default) clips
+    only from above. At ``r = 1`` the
     gradient is REINFORCE's, as GRPO-Clip's is; the loss *value* is ``-A log pi``, not GRPO's
     ``-r A``. MiniMax aggregates over all tokens of the batch
     (``grpo_loss(..., length_norm="token_mean")``).
@@ -287,11 +259,13 @@ def compute_cispo_loss(
         truncated; the token still has a gradient) and ``ratio``.
     """
     _check_column("advantages", advantages, policy_log_probs)
-    _check_clips(cliprange_low, cliprange_high)
     ratio = torch.exp(policy_log_probs - old_log_probs.detach())
-    weight = torch.clamp(ratio, 1.0 - cliprange_low, 1.0 + cliprange_high).detach()
+    floor = None if cliprange_low is None else 1.0 - cliprange_low
+    weight = torch.clamp(ratio, floor, 1.0 + cliprange_high).detach()
     loss = -weight * advantages * policy_log_probs
-    outside = (ratio < 1.0 - cliprange_low) | (ratio > 1.0 + cliprange_high)
+    outside = ratio > 1.0 + cliprange_high
+    if floor is not None:
+        outside = outside | (ratio < floor)
     metadata = {"clipped": outside.detach(), "ratio": ratio.detach()}
     return loss, metadata
 
@@ -300,8 +274,8 @@ def compute_sapo_loss(
     advantages: Float[Tensor, "*batch 1"],
     policy_log_probs: Float[Tensor, "*batch seq"],
     old_log_probs: Float[Tensor, "*batch seq"],
-    tau_pos: float = 1.0,
-    tau_neg: float = 1.05,
+    tau_pos: float,
+    tau_neg: float,
 ) -> tuple[Float[Tensor, "*batch seq"], dict[str, Tensor]]:
     r"""Per-token SAPO loss: a smooth, temperature-controlled gate in place of the hard clip
     (Gao et al. 2025, "Soft Adaptive Policy Optimization", eqs. 6-8).
@@ -319,13 +293,8 @@ def compute_sapo_loss(
     Returns:
         ``(loss (B, T), metadata)`` with ``clipped`` (all False: nothing is cut off) and
         ``ratio``.
-
-    Raises:
-        ValueError: unless both temperatures are > 0.
     """
     _check_column("advantages", advantages, policy_log_probs)
-    if not (tau_pos > 0 and tau_neg > 0):
-        raise ValueError(f"sapo temperatures must be > 0, got tau_pos={tau_pos}, tau_neg={tau_neg}")
     ratio = torch.exp(policy_log_probs - old_log_probs.detach())
     tau = torch.where(
         advantages > 0,
@@ -338,30 +307,148 @@ def compute_sapo_loss(
     return loss, metadata
 
 
-def _require(loss_type: str, **arguments: object) -> None:
-    for name, value in arguments.items():
-        if value is None:
-            raise ValueError(f"loss_type={loss_type!r} needs {name}, which is None")
+# The settings of the registered losses. A Param is written once and shared by the losses that
+# take it, so a default or a bound has one home.
+CLIPRANGE = Param("cliprange", meaning="epsilon: the ratio is clipped to [1 - eps, 1 + eps]")
+CLIPRANGE_LOW = Param(
+    "cliprange_low", default="cliprange", below=1.0, meaning="the ratio's lower clip, 1 - low"
+)
+CLIPRANGE_HIGH = Param(
+    "cliprange_high", default="cliprange", meaning="the ratio's upper clip, 1 + high"
+)
+# MiniMax-M1 sets no lower bound on CISPO's importance weight.
+CISPO_LOW = Param(
+    "cliprange_low", unbounded=True, meaning="the weight's lower clip, 1 - low (none by default)"
+)
+SAPO_TAU_POS = Param("sapo_tau_pos", default=1.0, meaning="gate temperature where A > 0")
+SAPO_TAU_NEG = Param("sapo_tau_neg", default=1.05, meaning="gate temperature where A <= 0")
 
 
-def _clip_pair(
-    loss_type: str,
-    cliprange: float | None,
-    cliprange_low: float | None,
-    cliprange_high: float | None,
-) -> tuple[float, float]:
-    """``(low, high)``: each of ``cliprange_low``/``cliprange_high`` defaults to ``cliprange``."""
-    low = cliprange if cliprange_low is None else cliprange_low
-    high = cliprange if cliprange_high is None else cliprange_high
-    for name, value in (("cliprange_low", low), ("cliprange_high", high)):
-        if value is None:
-            raise ValueError(f"loss_type={loss_type!r} needs {name} (or cliprange), which is None")
-    return low, high
+def _with_clip_pair(fn, policy_log_probs, inputs, settings):
+    """``fn`` (DAPO's or CISPO's per-token loss) of the inputs with the settings' clip pair."""
+    low, high = settings.cliprange_low, settings.cliprange_high
+    return fn(inputs.advantages, policy_log_probs, inputs.old_log_probs, low, high)
+
+
+@register_policy_loss(
+    "no_baseline",
+    paper="Williams 1992 (REINFORCE)",
+    formula="-R log pi",
+    inputs=("raw_rewards",),
+    note="the raw reward as the weight: no baseline",
+)
+def _no_baseline(policy_log_probs, response_mask, inputs, settings):
+    return compute_naive_policy_gradient_loss(inputs.raw_rewards, policy_log_probs), {}
+
+
+@register_policy_loss(
+    "reinforce_with_baseline",
+    paper="Williams 1992, with the group's mean as baseline (Shao et al. 2024)",
+    formula="-A log pi",
+    inputs=("advantages",),
+    note="the advantage as the weight; on-policy it is GRPO's gradient without a ratio",
+)
+def _reinforce_with_baseline(policy_log_probs, response_mask, inputs, settings):
+    return compute_naive_policy_gradient_loss(inputs.advantages, policy_log_probs), {}
+
+
+@register_policy_loss(
+    "grpo_clip",
+    paper="Schulman et al. 2017 (PPO, eq. 7); Shao et al. 2024 (GRPO, eq. 3)",
+    formula="-min(r A, clip(r, 1-eps, 1+eps) A)",
+    inputs=("advantages", "old_log_probs"),
+    params=(CLIPRANGE,),
+    paper_settings={"cliprange": 0.2},
+    note="PPO's trust region: a token whose ratio left the range stops its gradient",
+)
+def _grpo_clip(policy_log_probs, response_mask, inputs, settings):
+    return compute_grpo_clip_loss(
+        inputs.advantages, policy_log_probs, inputs.old_log_probs, settings.cliprange
+    )
+
+
+@register_policy_loss(
+    "grpo_no_clip",
+    paper="the unclipped importance-weighted policy gradient (the handout's GRPO-No-Clip)",
+    formula="-r A",
+    inputs=("advantages", "old_log_probs"),
+    note="the importance-weighted gradient without a trust region",
+)
+def _grpo_no_clip(policy_log_probs, response_mask, inputs, settings):
+    return compute_grpo_no_clip_loss(inputs.advantages, policy_log_probs, inputs.old_log_probs)
+
+
+@register_policy_loss(
+    "dapo",
+    paper="Yu et al. 2025, DAPO (eq. 8, clip-higher)",
+    formula="-min(r A, clip(r, 1-low, 1+high) A)",
+    inputs=("advantages", "old_log_probs"),
+    params=(CLIPRANGE_LOW, CLIPRANGE_HIGH),
+    aggregation="token_mean",
+    paper_settings={"cliprange_low": 0.2, "cliprange_high": 0.28},
+    note="clip-higher: a higher upper clip lets unlikely tokens with a positive advantage "
+    "grow, against entropy collapse",
+)
+def _dapo(policy_log_probs, response_mask, inputs, settings):
+    return _with_clip_pair(compute_dapo_clip_loss, policy_log_probs, inputs, settings)
+
+
+@register_policy_loss(
+    "gspo",
+    paper="Zheng et al. 2025, GSPO (eqs. 5-7, 13-14)",
+    formula="-min(s A, clip(s, 1-low, 1+high) A), s = exp(mean_t log r_t) per response",
+    inputs=("advantages", "old_log_probs", "response_mask"),
+    params=(CLIPRANGE_LOW, CLIPRANGE_HIGH),
+    paper_settings={"cliprange_low": 3e-4, "cliprange_high": 4e-4},
+    note="one length-normalized ratio per response, clipped per response (the paper's "
+    "ranges are 3e-4 and 4e-4)",
+)
+def _gspo(policy_log_probs, response_mask, inputs, settings):
+    return compute_gspo_loss(
+        inputs.advantages,
+        policy_log_probs,
+        inputs.old_log_probs,
+        response_mask,
+        settings.cliprange_low,
+        settings.cliprange_high,
+    )
+
+
+@register_policy_loss(
+    "cispo",
+    paper="MiniMax 2025, MiniMax-M1 (eq. 4)",
+    formula="-sg(clip(r, 1-low, 1+high)) A log pi",
+    inputs=("advantages", "old_log_probs"),
+    params=(CISPO_LOW, CLIPRANGE_HIGH),
+    aggregation="token_mean",
+    note="the importance weight is clipped (from above only, by default) and detached, so "
+    "no token loses its gradient",
+)
+def _cispo(policy_log_probs, response_mask, inputs, settings):
+    return _with_clip_pair(compute_cispo_loss, policy_log_probs, inputs, settings)
+
+
+@register_policy_loss(
+    "sapo",
+    paper="Gao et al. 2025, SAPO (eqs. 6-8)",
+    formula="-(4/tau) sigmoid(tau (r-1)) A, tau = tau_pos if A > 0 else tau_neg",
+    inputs=("advantages", "old_log_probs"),
+    params=(SAPO_TAU_POS, SAPO_TAU_NEG),
+    note="a smooth gate instead of a hard clip; negative advantages decay faster",
+)
+def _sapo(policy_log_probs, response_mask, inputs, settings):
+    return compute_sapo_loss(
+        inputs.advantages,
+        policy_log_probs,
+        inputs.old_log_probs,
+        settings.sapo_tau_pos,
+        settings.sapo_tau_neg,
+    )
 
 
 def compute_policy_gradient_loss(
     policy_log_probs: Float[Tensor, "*batch seq"],
-    loss_type: LossType,
+    loss_type: str,
     raw_rewards: Float[Tensor, "*batch 1"] | None = None,
     advantages: Float[Tensor, "*batch 1"] | None = None,
     old_log_probs: Float[Tensor, "*batch seq"] | None = None,
@@ -369,77 +456,35 @@ def compute_policy_gradient_loss(
     cliprange_low: float | None = None,
     cliprange_high: float | None = None,
     response_mask: Shaped[Tensor, "*batch seq"] | None = None,
-    sapo_tau_pos: float = 1.0,
-    sapo_tau_neg: float = 1.05,
+    sapo_tau_pos: float | None = None,
+    sapo_tau_neg: float | None = None,
 ) -> tuple[Float[Tensor, "*batch seq"], dict[str, Tensor]]:
-    """Dispatch to the per-token loss named by ``loss_type``.
+    """The per-token loss named by ``loss_type``, a :data:`~reasoning_core.POLICY_LOSSES`
+    entry (docs/algorithms.md's table lists each one's formula, paper, inputs and settings).
 
-    ============================  ===========================  ==============================
-    ``loss_type``                 loss                         needs
-    ============================  ===========================  ==============================
-    ``"no_baseline"``             ``-R log pi``                ``raw_rewards``
-    ``"reinforce_with_baseline"`` ``-A log pi``                ``advantages``
-    ``"grpo_clip"``               ``-min(rA, clip(r)A)``       ``advantages, old_log_probs,
-                                                               cliprange``
-    ``"grpo_no_clip"``            ``-rA``                      ``advantages, old_log_probs``
-    ``"dapo"``                    ``-min(rA, clip(r, 1-lo,     ``advantages, old_log_probs``,
-                                  1+hi)A)``                    both clips
-    ``"gspo"``                    as dapo with the sequence    ``advantages, old_log_probs,
-                                  ratio ``s``                  response_mask``, both clips
-    ``"cispo"``                   ``-sg(clip(r)) A log pi``    ``advantages, old_log_probs``,
-                                                               both clips
-    ``"sapo"``                    ``-(4/tau) sigmoid(tau(r-1)) ``advantages, old_log_probs``
-                                  A``
-    ============================  ===========================  ==============================
-
-    "Both clips" are ``cliprange_low`` and ``cliprange_high``; each defaults to
-    ``cliprange`` when not given. ``sapo_tau_pos``/``sapo_tau_neg`` are SAPO's temperatures.
-    The functions are :func:`compute_dapo_clip_loss`, :func:`compute_gspo_loss`,
-    :func:`compute_cispo_loss` and :func:`compute_sapo_loss`.
+    The handout's keywords, with the settings of the variants: ``cliprange`` (grpo_clip, and
+    the default of the clip pair), ``cliprange_low``/``cliprange_high`` (dapo, gspo, cispo),
+    ``sapo_tau_pos``/``sapo_tau_neg`` (sapo); None takes the entry's default. They are
+    validated once, as a :class:`~reasoning_core.LossSettings`.
 
     Returns:
         ``(loss (B, T), metadata)``; every loss type reports ``clipped`` (bool per token,
         all False where nothing clips) so callers can log a clip fraction uniformly.
 
     Raises:
-        ValueError: on an unknown ``loss_type`` or a missing argument it needs (named).
+        ValueError: on an unknown ``loss_type``, a setting outside its bounds, or a missing
+            argument it needs (named).
     """
-    if loss_type == "no_baseline":
-        _require(loss_type, raw_rewards=raw_rewards)
-        loss = compute_naive_policy_gradient_loss(raw_rewards, policy_log_probs)
-        return loss, {"clipped": torch.zeros_like(loss, dtype=torch.bool)}
-    if loss_type == "reinforce_with_baseline":
-        _require(loss_type, advantages=advantages)
-        loss = compute_naive_policy_gradient_loss(advantages, policy_log_probs)
-        return loss, {"clipped": torch.zeros_like(loss, dtype=torch.bool)}
-    if loss_type == "grpo_clip":
-        _require(loss_type, advantages=advantages, old_log_probs=old_log_probs, cliprange=cliprange)
-        return compute_grpo_clip_loss(advantages, policy_log_probs, old_log_probs, cliprange)
-    if loss_type == "grpo_no_clip":
-        _require(loss_type, advantages=advantages, old_log_probs=old_log_probs)
-        return compute_grpo_no_clip_loss(advantages, policy_log_probs, old_log_probs)
-    if loss_type in ("dapo", "cispo"):
-        _require(loss_type, advantages=advantages, old_log_probs=old_log_probs)
-        low, high = _clip_pair(loss_type, cliprange, cliprange_low, cliprange_high)
-        fn = compute_dapo_clip_loss if loss_type == "dapo" else compute_cispo_loss
-        return fn(advantages, policy_log_probs, old_log_probs, low, high)
-    if loss_type == "gspo":
-        _require(
-            loss_type,
-            advantages=advantages,
-            old_log_probs=old_log_probs,
-            response_mask=response_mask,
-        )
-        low, high = _clip_pair(loss_type, cliprange, cliprange_low, cliprange_high)
-        return compute_gspo_loss(
-            advantages, policy_log_probs, old_log_probs, response_mask, low, high
-        )
-    if loss_type == "sapo":
-        _require(loss_type, advantages=advantages, old_log_probs=old_log_probs)
-        return compute_sapo_loss(
-            advantages, policy_log_probs, old_log_probs, sapo_tau_pos, sapo_tau_neg
-        )
-    raise ValueError(f"unknown loss_type {loss_type!r}; expected one of {LOSS_TYPES}")
+    settings = LossSettings(
+        loss_type,
+        cliprange=cliprange,
+        cliprange_low=cliprange_low,
+        cliprange_high=cliprange_high,
+        sapo_tau_pos=sapo_tau_pos,
+        sapo_tau_neg=sapo_tau_neg,
+    )
+    inputs = LossInputs(raw_rewards=raw_rewards, advantages=advantages, old_log_probs=old_log_probs)
+    return policy_loss(policy_log_probs, response_mask, inputs, settings)
 
 
 def token_mean_constant(response_mask: Shaped[Tensor, "*batch seq"]) -> Float[Tensor, ""]:
@@ -523,42 +568,30 @@ def sft_microbatch_train_step(
 def grpo_loss(
     policy_log_probs: Float[Tensor, "*batch seq"],
     response_mask: Shaped[Tensor, "*batch seq"],
-    loss_type: LossType,
-    raw_rewards: Float[Tensor, "*batch 1"] | None = None,
-    advantages: Float[Tensor, "*batch 1"] | None = None,
-    old_log_probs: Float[Tensor, "*batch seq"] | None = None,
-    cliprange: float | None = None,
-    length_norm: LengthNorm = "masked_mean",
-    normalize_constant: float | Tensor | None = None,
-    token_weights: Float[Tensor, "*batch seq"] | None = None,
-    cliprange_low: float | None = None,
-    cliprange_high: float | None = None,
-    sapo_tau_pos: float = 1.0,
-    sapo_tau_neg: float = 1.05,
-    ref_log_probs: Float[Tensor, "*batch seq"] | None = None,
-    kl_coef: float = 0.0,
-    kl_estimator: str = "k3",
+    inputs: LossInputs,
+    settings: LossSettings,
 ) -> tuple[Float[Tensor, ""], dict[str, Tensor]]:
     r"""Pure policy-gradient objective of one batch of responses.
 
-    The per-token loss of :func:`compute_policy_gradient_loss` is reduced per response,
-    then averaged over responses:
+    The per-token loss of ``settings.loss_type`` (:func:`~reasoning_core.registry.policy_loss`
+    of the rollout's ``inputs``) is reduced per response, then averaged over responses, as
+    ``settings.length_normalization`` says:
 
-    - ``length_norm="masked_mean"`` (GRPO as in Shao et al. 2024, eq. 3):
+    - ``"masked_mean"`` (GRPO as in Shao et al. 2024, eq. 3):
       :math:`\frac{1}{|o_b|}\sum_t \ell_{bt}`. Each response weighs the same, so a token of
       a short response weighs more than one of a long response.
-    - ``length_norm="masked_normalize"`` (Dr. GRPO, Liu et al. 2025):
+    - ``"masked_normalize"`` (Dr. GRPO, Liu et al. 2025):
       :math:`\frac{1}{c}\sum_t \ell_{bt}` with a constant ``c`` (``normalize_constant``,
       e.g. the maximum generation length), so every token weighs the same.
-    - ``length_norm="token_mean"`` (DAPO, Yu et al. 2025, eq. 8: every token of the batch
+    - ``"token_mean"`` (DAPO, Yu et al. 2025, eq. 8: every token of the batch
       weighs the same): the same sum over a constant, with ``normalize_constant`` the mean
       response length of the *whole* batch of the optimizer step
       (:func:`token_mean_constant`), which makes the loss the sum over all the batch's
       tokens divided by their count.
 
-    ``kl_coef > 0`` adds :math:`\beta\,\mathrm{KL}_t` to each token's loss before the
-    reduction (GRPO's eq. 3 puts it there), with the estimator ``kl_estimator`` of
-    :func:`~reasoning_core.kl.kl_penalty` against ``ref_log_probs`` (a frozen reference
+    ``settings.kl_coef > 0`` adds :math:`\beta\,\mathrm{KL}_t` to each token's loss before the
+    reduction (GRPO's eq. 3 puts it there), with the estimator ``settings.kl_estimator`` of
+    :func:`~reasoning_core.kl.kl_penalty` against ``inputs.ref_log_probs`` (a frozen reference
     policy's log-probs, detached). ``kl_coef = 0`` (the default) adds nothing, bit for bit.
 
     The loss is :math:`L = \frac{1}{B}\sum_b L_b` over all ``B`` rows. A row with no response
@@ -569,7 +602,7 @@ def grpo_loss(
     rows still count in ``B``, the gradient with ``n`` empty rows of ``B`` is
     :math:`\frac{B-n}{B}` times that of the batch with those rows dropped.
 
-    ``token_weights`` (e.g. :func:`~reasoning_core.correction.tis_weights`), when given,
+    ``inputs.token_weights`` (e.g. :func:`~reasoning_core.correction.tis_weights`), when given,
     multiply the per-token loss before the reduction (detached, as
     :func:`~reasoning_core.correction.apply_token_weights`), whatever the loss type; weights
     of exactly 1 leave the loss and its gradient unchanged bit for bit.
@@ -583,44 +616,27 @@ def grpo_loss(
     Raises:
         ValueError: as :func:`compute_policy_gradient_loss`, on an unknown ``length_norm``,
             on ``length_norm="masked_normalize"`` or ``"token_mean"`` without
-            ``normalize_constant``, on an unknown ``kl_estimator``, or on ``kl_coef > 0``
+            ``normalize_constant``, on an unknown ``kl_estimator``, or on ``settings.kl_coef > 0``
             without ``ref_log_probs``.
     """
-    if length_norm not in LENGTH_NORMS:
-        raise ValueError(f"unknown length_norm {length_norm!r}; expected one of {LENGTH_NORMS}")
-    if length_norm != "masked_mean" and normalize_constant is None:
-        raise ValueError(f"length_norm={length_norm!r} needs normalize_constant, which is None")
-    if kl_estimator not in KL_ESTIMATORS:
-        raise ValueError(f"unknown kl_estimator {kl_estimator!r}; expected one of {KL_ESTIMATORS}")
-    if kl_coef < 0:
-        raise ValueError(f"kl_coef must be >= 0, got {kl_coef}")
-    if kl_coef > 0 and ref_log_probs is None:
-        raise ValueError(f"kl_coef={kl_coef} needs ref_log_probs, which is None")
-    token_loss, pg_meta = compute_policy_gradient_loss(
-        policy_log_probs=policy_log_probs,
-        loss_type=loss_type,
-        raw_rewards=raw_rewards,
-        advantages=advantages,
-        old_log_probs=old_log_probs,
-        cliprange=cliprange,
-        cliprange_low=cliprange_low,
-        cliprange_high=cliprange_high,
-        response_mask=response_mask,
-        sapo_tau_pos=sapo_tau_pos,
-        sapo_tau_neg=sapo_tau_neg,
-    )
-    if token_weights is not None:
-        token_loss = apply_token_weights(token_loss, token_weights)
+    norm, constant = settings.length_normalization, settings.normalize_constant
+    if norm != "masked_mean" and constant is None:
+        raise ValueError(f"length_normalization={norm!r} needs normalize_constant, which is None")
+    if settings.kl_coef > 0 and inputs.ref_log_probs is None:
+        raise ValueError(f"kl_coef={settings.kl_coef} needs ref_log_probs, which is None")
+    token_loss, pg_meta = policy_loss(policy_log_probs, response_mask, inputs, settings)
+    if inputs.token_weights is not None:
+        token_loss = apply_token_weights(token_loss, inputs.token_weights)
     kl = None
-    if ref_log_probs is not None:
-        kl = kl_penalty(policy_log_probs, ref_log_probs, kl_estimator)
-        if kl_coef > 0:
-            token_loss = token_loss + kl_coef * kl
-    if length_norm == "masked_mean":
+    if inputs.ref_log_probs is not None:
+        kl = kl_penalty(policy_log_probs, inputs.ref_log_probs, settings.kl_estimator)
+        if settings.kl_coef > 0:
+            token_loss = token_loss + settings.kl_coef * kl
+    if norm == "masked_mean":
         # Guarded: an empty row gives 0 and no gradient where masked_mean would give NaN.
         per_example = masked_mean_or_zero(token_loss, response_mask, dim=-1)
     else:
-        per_example = masked_normalize(token_loss, response_mask, normalize_constant, dim=-1)
+        per_example = masked_normalize(token_loss, response_mask, constant, dim=-1)
     loss = per_example.mean()
     metadata = {
         "per_example_loss": per_example.detach(),
@@ -640,24 +656,25 @@ def grpo_microbatch_train_step(
     policy_log_probs: Float[Tensor, "batch seq"],
     response_mask: Shaped[Tensor, "batch seq"],
     gradient_accumulation_steps: int,
-    loss_type: LossType,
+    loss_type: str | None = None,
     raw_rewards: Float[Tensor, "batch 1"] | None = None,
     advantages: Float[Tensor, "batch 1"] | None = None,
     old_log_probs: Float[Tensor, "batch seq"] | None = None,
     cliprange: float | None = None,
-    length_norm: LengthNorm = "masked_mean",
+    length_norm: str = "masked_mean",
     normalize_constant: float | Tensor | None = None,
-    token_weights: Float[Tensor, "batch seq"] | None = None,
-    cliprange_low: float | None = None,
-    cliprange_high: float | None = None,
-    sapo_tau_pos: float = 1.0,
-    sapo_tau_neg: float = 1.05,
-    ref_log_probs: Float[Tensor, "batch seq"] | None = None,
-    kl_coef: float = 0.0,
-    kl_estimator: str = "k3",
+    *,
+    inputs: LossInputs | None = None,
+    settings: LossSettings | None = None,
 ) -> tuple[Float[Tensor, ""], dict[str, Tensor]]:
     """One policy-gradient microbatch: :func:`grpo_loss` divided by
     ``gradient_accumulation_steps``, then ``loss.backward()``.
+
+    The objective is given either by the handout's keywords (``loss_type``, ``raw_rewards``,
+    ``advantages``, ``old_log_probs``, ``cliprange``, ``length_norm``, ``normalize_constant``)
+    or whole, as ``inputs`` (:class:`~reasoning_core.LossInputs`) and ``settings``
+    (:class:`~reasoning_core.LossSettings`, which also carry the variants' settings, token
+    weights and the KL penalty); not both.
 
     With ``k`` equal microbatches the accumulated gradient equals that of one step over the
     whole batch with ``gradient_accumulation_steps = 1`` (for ``masked_normalize`` and
@@ -669,27 +686,32 @@ def grpo_microbatch_train_step(
 
     Returns:
         ``(loss, metadata)``: the detached scaled loss and :func:`grpo_loss`'s metadata.
+
+    Raises:
+        ValueError: on both ways at once, or neither ``loss_type`` nor ``settings``.
     """
     _check_accumulation(gradient_accumulation_steps)
-    loss, metadata = grpo_loss(
-        policy_log_probs=policy_log_probs,
-        response_mask=response_mask,
-        loss_type=loss_type,
-        raw_rewards=raw_rewards,
-        advantages=advantages,
-        old_log_probs=old_log_probs,
-        cliprange=cliprange,
-        length_norm=length_norm,
-        normalize_constant=normalize_constant,
-        token_weights=token_weights,
-        cliprange_low=cliprange_low,
-        cliprange_high=cliprange_high,
-        sapo_tau_pos=sapo_tau_pos,
-        sapo_tau_neg=sapo_tau_neg,
-        ref_log_probs=ref_log_probs,
-        kl_coef=kl_coef,
-        kl_estimator=kl_estimator,
-    )
+    handout = (raw_rewards, advantages, old_log_probs, cliprange, normalize_constant)
+    if settings is None:
+        if loss_type is None:
+            raise ValueError("grpo_microbatch_train_step needs loss_type (or settings)")
+        settings = LossSettings(
+            loss_type,
+            cliprange=cliprange,
+            length_normalization=length_norm,
+            normalize_constant=normalize_constant,
+        )
+    elif (
+        loss_type is not None
+        or length_norm != "masked_mean"
+        or any(x is not None for x in handout[3:])
+    ):
+        raise ValueError("give settings or loss_type and its keywords, not both")
+    if inputs is None:
+        inputs = LossInputs(*handout[:3])
+    elif any(x is not None for x in handout[:3]):
+        raise ValueError("give inputs or raw_rewards/advantages/old_log_probs, not both")
+    loss, metadata = grpo_loss(policy_log_probs, response_mask, inputs, settings)
     loss = loss / gradient_accumulation_steps
     loss.backward()
     return loss.detach(), metadata

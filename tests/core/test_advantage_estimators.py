@@ -196,7 +196,7 @@ def test_unknown_estimator_is_named():
         compute_advantages(torch.zeros(4), 2, "ppo", 1e-6)
 
 
-@given(grouped_rewards(), st.integers(1, 3), st.sampled_from(ADVANTAGE_ESTIMATORS))
+@given(grouped_rewards(), st.integers(1, 3), st.sampled_from(list(ADVANTAGE_ESTIMATORS)))
 def test_vmap_equals_row_by_row(data, copies, estimator):
     rewards, g = data
     batch = torch.stack([rewards * (k + 1) - k for k in range(copies)])
@@ -208,7 +208,7 @@ def test_vmap_equals_row_by_row(data, copies, estimator):
     torch.testing.assert_close(direct, rows)
 
 
-@given(grouped_rewards(binary=True), st.sampled_from(ADVANTAGE_ESTIMATORS))
+@given(grouped_rewards(binary=True), st.sampled_from(list(ADVANTAGE_ESTIMATORS)))
 def test_every_estimator_gives_a_constant_group_nothing_when_others_vary(data, estimator):
     """A group of equal rewards has no signal under the group estimators (REINFORCE++, which
     has no groups, is the exception by design)."""

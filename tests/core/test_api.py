@@ -140,7 +140,12 @@ def test_annotations_hold_on_plain_and_vmapped_calls():
     dpo = _checked(rc.dpo_loss)
 
     clip(adv, lp, old, 0.2)
-    loss(lp, mask, "grpo_clip", advantages=adv, old_log_probs=old, cliprange=0.2)
+    loss(
+        lp,
+        mask,
+        rc.LossInputs(advantages=adv, old_log_probs=old),
+        rc.LossSettings("grpo_clip", cliprange=0.2),
+    )
     lpfl(logits, labels, return_entropy=True)
     entropy(logits)
     group(torch.rand(6), 3, 1e-6, True)
@@ -155,9 +160,12 @@ def test_annotations_hold_on_plain_and_vmapped_calls():
     vmap(lambda p, m: sft(p, m, 2.0))(lp, mask)
     vmap(lambda p, r: dispatch(p, "no_baseline", raw_rewards=r))(lp, adv)
     vmap(lambda a, p, o: clip(a, p, o, 0.2))(adv, lp, old)
-    vmap(lambda p, m, a, o: loss(p, m, "grpo_no_clip", advantages=a, old_log_probs=o))(
-        lp, mask, adv, old
-    )
+    no_clip_settings = rc.LossSettings("grpo_no_clip")
+    vmap(
+        lambda p, m, a, o: loss(
+            p, m, rc.LossInputs(advantages=a, old_log_probs=o), no_clip_settings
+        )
+    )(lp, mask, adv, old)
     vmap(lambda z, y: lpfl(z, y, return_entropy=True))(logits, labels)
     vmap(entropy)(logits)
     vmap(lambda r: group(r, 3, 1e-6, False))(torch.rand(2, 6))
@@ -177,7 +185,8 @@ def test_annotations_of_the_policy_gradient_variants_hold():
     _checked(rc.compute_dapo_clip_loss)(adv, lp, old, 0.2, 0.28)
     _checked(rc.compute_gspo_loss)(adv, lp, old, mask, 3e-4, 4e-4)
     _checked(rc.compute_cispo_loss)(adv, lp, old, 1.0, 0.28)
-    _checked(rc.compute_sapo_loss)(adv, lp, old)
+    _checked(rc.compute_cispo_loss)(adv, lp, old, None, 0.28)
+    _checked(rc.compute_sapo_loss)(adv, lp, old, 1.0, 1.05)
     _checked(rc.kl_penalty)(lp, ref, "k2")
     _checked(rc.token_mean_constant)(mask)
     for name in rc.ADVANTAGE_ESTIMATORS:

@@ -9,16 +9,17 @@ from hypothesis import strategies as st
 from torch.func import grad, vmap
 
 from reasoning_core import (
-    LOSS_TYPES,
     RATIO_BAND,
+    LossInputs,
     apply_token_weights,
-    compute_policy_gradient_loss,
     grpo_loss,
     grpo_microbatch_train_step,
     logprob_mismatch,
     mismatch_warning,
     tis_weights,
 )
+from reasoning_core.registry import policy_loss
+from tests.helpers.pg_batches import LOSS_TYPES, loss_settings
 
 CAPS = st.sampled_from([1.0, 1.5, 2.0, 5.0])
 
@@ -44,37 +45,17 @@ def batches(draw, min_batch=1, dtype=torch.float64):
     }
 
 
-def _loss_kwargs(b, loss_type):
-    kwargs = {"loss_type": loss_type, "advantages": b["adv"]}
-    if loss_type == "no_baseline":
-        kwargs = {"loss_type": loss_type, "raw_rewards": b["rewards"]}
-    # Every loss but the two REINFORCE ones has an importance ratio to the sampling policy.
-    if loss_type not in ("no_baseline", "reinforce_with_baseline"):
-        kwargs["old_log_probs"] = b["old"]
-    if loss_type in ("grpo_clip", "dapo", "cispo", "gspo", "sapo"):
-        kwargs["cliprange"] = 0.2
-    return kwargs
-
-
-def _pg_kwargs(b, loss_type):
-    """``_loss_kwargs`` for a direct ``compute_policy_gradient_loss`` call: GSPO's sequence
-    ratio also needs the response mask (``grpo_loss`` passes its own)."""
-    kwargs = _loss_kwargs(b, loss_type)
-    if loss_type == "gspo":
-        kwargs["response_mask"] = b["mask"]
-    return kwargs
+def _inputs(b, token_weights=None):
+    return LossInputs(
+        raw_rewards=b["rewards"], advantages=b["adv"], old_log_probs=b["old"],
+        token_weights=token_weights,
+    )  # fmt: skip
 
 
 def _objective_and_grad(b, loss_type, length_norm, weights):
     lp = b["policy"].clone().requires_grad_(True)
-    loss, meta = grpo_loss(
-        lp,
-        b["mask"],
-        length_norm=length_norm,
-        normalize_constant=7.0,
-        token_weights=weights,
-        **_loss_kwargs(b, loss_type),
-    )
+    settings = loss_settings(loss_type, length_normalization=length_norm, normalize_constant=7.0)
+    loss, meta = grpo_loss(lp, b["mask"], _inputs(b, weights), settings)
     loss.backward()
     return loss.detach(), lp.grad, meta
 
@@ -239,16 +220,17 @@ def test_each_tokens_gradient_is_scaled_by_its_weight(b, cap, loss_type, norm):
 @given(batches(), st.sampled_from(LOSS_TYPES))
 def test_the_per_token_loss_is_weighted_token_by_token(b, loss_type):
     weights, _ = tis_weights(b["old"], b["engine"], b["mask"])
-    token_loss, _ = compute_policy_gradient_loss(b["policy"], **_pg_kwargs(b, loss_type))
+    settings = loss_settings(loss_type)
+
+    def token_loss_of(x):
+        return policy_loss(x, b["mask"], _inputs(b), settings)[0]
+
+    token_loss = token_loss_of(b["policy"])
     weighted = apply_token_weights(token_loss, weights)
     assert torch.equal(weighted, token_loss * weights)
     lp = b["policy"].clone().requires_grad_(True)
-    per_token = grad(
-        lambda x: apply_token_weights(
-            compute_policy_gradient_loss(x, **_pg_kwargs(b, loss_type))[0], weights
-        ).sum()
-    )(lp)
-    plain = grad(lambda x: compute_policy_gradient_loss(x, **_pg_kwargs(b, loss_type))[0].sum())(lp)
+    per_token = grad(lambda x: apply_token_weights(token_loss_of(x), weights).sum())(lp)
+    plain = grad(lambda x: token_loss_of(x).sum())(lp)
     torch.testing.assert_close(per_token, weights * plain, rtol=1e-12, atol=1e-15)
 
 
@@ -267,9 +249,11 @@ def test_masked_tokens_do_not_reach_the_weighted_loss(b, loss_type):
 def test_weighted_objective_under_vmap_equals_row_by_row(b, loss_type):
     weights, _ = tis_weights(b["old"], b["engine"], b["mask"])
 
+    settings = loss_settings(loss_type)
+
     def row_loss(lp, mask, w, adv, rewards, old):
         row = {"adv": adv, "rewards": rewards, "old": old}
-        return grpo_loss(lp, mask, token_weights=w, **_loss_kwargs(row, loss_type))[0]
+        return grpo_loss(lp, mask, _inputs(row, w), settings)[0]
 
     args = (b["policy"], b["mask"], weights, b["adv"], b["rewards"], b["old"])
     batched = vmap(grad(row_loss))(*args)
@@ -284,9 +268,9 @@ def test_microbatch_train_step_passes_the_weights_on():
 
     def step(w):
         lp = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -1.5, -2.5]], requires_grad=True)
-        grpo_microbatch_train_step(
-            lp, mask, 2, "reinforce_with_baseline", advantages=adv, token_weights=w
-        )
+        inputs = LossInputs(advantages=adv, token_weights=w)
+        settings = loss_settings("reinforce_with_baseline")
+        grpo_microbatch_train_step(lp, mask, 2, inputs=inputs, settings=settings)
         return lp.grad
 
     torch.testing.assert_close(step(weights), weights * step(None))

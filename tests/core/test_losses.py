@@ -7,6 +7,9 @@ from hypothesis import strategies as st
 from torch.func import grad, vmap
 
 from reasoning_core import (
+    LENGTH_NORMS,
+    LossInputs,
+    LossSettings,
     compute_grpo_clip_loss,
     compute_grpo_no_clip_loss,
     compute_naive_policy_gradient_loss,
@@ -19,33 +22,18 @@ from reasoning_core import (
     sft_microbatch_train_step,
 )
 from reasoning_core.masked import masked_mean_or_zero
+from reasoning_core.registry import policy_loss
+from tests.helpers.pg_batches import (
+    LOSS_TYPES,
+    grad_of,
+    loss_inputs,
+    loss_settings,
+    needs,
+    pg_batches,
+)
 
-LOSS_ARGS = {
-    "no_baseline": {"raw_rewards"},
-    "reinforce_with_baseline": {"advantages"},
-    "grpo_clip": {"advantages", "old_log_probs", "cliprange"},
-    "grpo_no_clip": {"advantages", "old_log_probs"},
-}
-
-
-@st.composite
-def batches(draw, min_batch=1):
-    b = draw(st.integers(min_batch, 4))
-    t = draw(st.integers(1, 6))
-    seed = draw(st.integers(0, 2**31 - 1))
-    gen = torch.Generator().manual_seed(seed)
-    log_probs = -torch.rand(b, t, generator=gen, dtype=torch.float64) * 5
-    old = log_probs + torch.randn(b, t, generator=gen, dtype=torch.float64) * 0.5
-    adv = torch.randn(b, 1, generator=gen, dtype=torch.float64)
-    rewards = torch.rand(b, 1, generator=gen, dtype=torch.float64)
-    mask = torch.rand(b, t, generator=gen) > 0.3
-    return {"log_probs": log_probs, "old": old, "adv": adv, "rewards": rewards, "mask": mask}
-
-
-def _grad_of(fn, x):
-    x = x.clone().requires_grad_(True)
-    fn(x).sum().backward()
-    return x.grad
+batches = pg_batches
+_grad_of = grad_of
 
 
 @given(batches(), st.sampled_from([0.0, 0.1, 0.2, 0.5]))
@@ -122,29 +110,32 @@ def test_unknown_loss_type_is_named():
         compute_policy_gradient_loss(torch.zeros(2, 3), "ppo", advantages=torch.zeros(2, 1))
 
 
-@pytest.mark.parametrize(
-    "loss_type,missing", [(t, name) for t, names in LOSS_ARGS.items() for name in sorted(names)]
-)
+@pytest.mark.parametrize("loss_type,missing", [(t, name) for t in LOSS_TYPES for name in needs(t)])
 def test_missing_argument_is_named(loss_type, missing):
+    """Each input and required setting a loss's registry entry names is refused, by name, when
+    missing, by the dispatch and by the train step."""
     full = {
         "raw_rewards": torch.ones(2, 1),
         "advantages": torch.ones(2, 1),
         "old_log_probs": torch.zeros(2, 3),
+        "response_mask": torch.ones(2, 3),
         "cliprange": 0.2,
     }
-    kwargs = {k: v for k, v in full.items() if k in LOSS_ARGS[loss_type] and k != missing}
+    kwargs = {k: v for k, v in full.items() if k in needs(loss_type) and k != missing}
     with pytest.raises(ValueError, match=missing):
         compute_policy_gradient_loss(
             policy_log_probs=torch.zeros(2, 3), loss_type=loss_type, **kwargs
         )
-    with pytest.raises(ValueError, match=missing):
-        grpo_microbatch_train_step(
-            policy_log_probs=torch.zeros(2, 3, requires_grad=True),
-            response_mask=torch.ones(2, 3),
-            gradient_accumulation_steps=1,
-            loss_type=loss_type,
-            **kwargs,
-        )
+    if missing != "response_mask":  # the train step always has one
+        kwargs.pop("response_mask", None)
+        with pytest.raises(ValueError, match=missing):
+            grpo_microbatch_train_step(
+                policy_log_probs=torch.zeros(2, 3, requires_grad=True),
+                response_mask=torch.ones(2, 3),
+                gradient_accumulation_steps=1,
+                loss_type=loss_type,
+                **kwargs,
+            )
 
 
 def test_flat_advantages_are_rejected_not_broadcast():
@@ -155,23 +146,35 @@ def test_flat_advantages_are_rejected_not_broadcast():
 
 
 def test_length_norm_errors():
-    args = {
-        "policy_log_probs": torch.zeros(2, 3),
-        "response_mask": torch.ones(2, 3),
-        "loss_type": "reinforce_with_baseline",
-        "advantages": torch.ones(2, 1),
-    }
-    with pytest.raises(ValueError, match="length_norm"):
-        grpo_loss(**args, length_norm="token_sum")
+    args = (torch.zeros(2, 3), torch.ones(2, 3), LossInputs(advantages=torch.ones(2, 1)))
+    with pytest.raises(ValueError, match="length_normalization"):
+        LossSettings("reinforce_with_baseline", length_normalization="token_sum")
+    settings = LossSettings("reinforce_with_baseline", length_normalization="masked_normalize")
     with pytest.raises(ValueError, match="normalize_constant"):
-        grpo_loss(**args, length_norm="masked_normalize")
+        grpo_loss(*args, settings)
     with pytest.raises(ValueError, match="gradient_accumulation_steps"):
         sft_microbatch_train_step(torch.zeros(2, 3, requires_grad=True), torch.ones(2, 3), 0)
     with pytest.raises(ValueError, match="gradient_accumulation_steps"):
         grpo_microbatch_train_step(
-            **{**args, "policy_log_probs": torch.zeros(2, 3, requires_grad=True)},
-            gradient_accumulation_steps=0,
+            torch.zeros(2, 3, requires_grad=True),
+            torch.ones(2, 3),
+            0,
+            "reinforce_with_baseline",
+            advantages=torch.ones(2, 1),
         )
+
+
+def test_train_step_takes_one_way_of_giving_the_objective():
+    args = (torch.zeros(2, 3, requires_grad=True), torch.ones(2, 3), 1)
+    settings = LossSettings("reinforce_with_baseline")
+    with pytest.raises(ValueError, match="not both"):
+        grpo_microbatch_train_step(*args, "grpo_clip", settings=settings)
+    with pytest.raises(ValueError, match="not both"):
+        grpo_microbatch_train_step(
+            *args, advantages=torch.ones(2, 1), inputs=LossInputs(), settings=settings
+        )
+    with pytest.raises(ValueError, match="loss_type"):
+        grpo_microbatch_train_step(*args, advantages=torch.ones(2, 1))
 
 
 def _worked_example():
@@ -229,61 +232,6 @@ def test_handout_length_normalization_example_through_the_train_step(
     torch.testing.assert_close(policy.grad, expected)
 
 
-def _split(tensor, k):
-    return tensor.chunk(k) if tensor is not None else [None] * k
-
-
-@given(
-    batches(min_batch=4),
-    st.sampled_from(sorted(LOSS_ARGS)),
-    st.sampled_from(["masked_mean", "masked_normalize"]),
-)
-def test_grpo_accumulation_equals_one_step_over_the_batch(b, loss_type, length_norm):
-    mask = b["mask"].clone()
-    mask[0] = False  # an all-masked response contributes nothing and causes no NaN
-    b["log_probs"], b["old"], b["adv"], b["rewards"] = (
-        b[k][:4] for k in ("log_probs", "old", "adv", "rewards")
-    )
-    mask = mask[:4]
-    options = {
-        "loss_type": loss_type,
-        "length_norm": length_norm,
-        "normalize_constant": 5.0,
-        "cliprange": 0.2,
-    }
-
-    def run(k):
-        policy = b["log_probs"].clone().requires_grad_(True)
-        total = 0.0
-        for lp, m, r, a, o in zip(
-            policy.chunk(k),
-            mask.chunk(k),
-            b["rewards"].chunk(k),
-            b["adv"].chunk(k),
-            b["old"].chunk(k),
-            strict=True,
-        ):
-            loss, _ = grpo_microbatch_train_step(
-                policy_log_probs=lp,
-                response_mask=m,
-                gradient_accumulation_steps=k,
-                raw_rewards=r,
-                advantages=a,
-                old_log_probs=o,
-                **options,
-            )
-            total = total + loss
-        return policy.grad, total
-
-    g1, l1 = run(1)
-    assert not torch.isnan(g1).any()
-    assert torch.equal(g1[0], torch.zeros_like(g1[0]))
-    for k in (2, 4):
-        gk, lk = run(k)
-        torch.testing.assert_close(gk, g1)
-        torch.testing.assert_close(lk, l1)
-
-
 @given(batches(min_batch=4), st.sampled_from([1.0, 3.0]))
 def test_sft_accumulation_equals_one_step_over_the_batch(b, constant):
     mask = b["mask"][:4]
@@ -313,18 +261,10 @@ def test_sft_loss_value(b, constant):
     torch.testing.assert_close(loss, per_example.mean() / 2)
 
 
-@given(batches(), st.sampled_from(sorted(LOSS_ARGS)))
+@given(batches(), st.sampled_from(LOSS_TYPES))
 def test_torch_func_grad_with_aux_matches_autograd(b, loss_type):
     def objective(lp):
-        return grpo_loss(
-            policy_log_probs=lp,
-            response_mask=b["mask"],
-            loss_type=loss_type,
-            raw_rewards=b["rewards"],
-            advantages=b["adv"],
-            old_log_probs=b["old"],
-            cliprange=0.2,
-        )
+        return grpo_loss(lp, b["mask"], loss_inputs(b), loss_settings(loss_type))
 
     g, aux = grad(objective, has_aux=True)(b["log_probs"])
     expected = _grad_of(lambda lp: objective(lp)[0], b["log_probs"])
@@ -337,20 +277,19 @@ def test_torch_func_grad_with_aux_matches_autograd(b, loss_type):
     )
 
 
-@given(batches(), st.sampled_from(sorted(LOSS_ARGS)))
-def test_vmap_equals_row_by_row(b, loss_type):
-    def per_example(lp, m, r, a, o):
-        return grpo_loss(
-            policy_log_probs=lp,
-            response_mask=m,
-            loss_type=loss_type,
-            raw_rewards=r,
-            advantages=a,
-            old_log_probs=o,
-            cliprange=0.2,
-        )
+@given(batches(), st.sampled_from(LOSS_TYPES), st.sampled_from(LENGTH_NORMS))
+def test_vmap_equals_row_by_row(b, loss_type, length_norm):
+    """Every registered loss under every reduction, with the KL term: vmap over the rows gives
+    the rows' own losses and the batch call's per-example losses."""
+    settings = loss_settings(
+        loss_type, length_normalization=length_norm, normalize_constant=3.0, kl_coef=0.1
+    )
 
-    args = (b["log_probs"], b["mask"], b["rewards"], b["adv"], b["old"])
+    def per_example(lp, m, r, a, o, ref):
+        inputs = LossInputs(raw_rewards=r, advantages=a, old_log_probs=o, ref_log_probs=ref)
+        return grpo_loss(lp, m, inputs, settings)
+
+    args = (b["log_probs"], b["mask"], b["rewards"], b["adv"], b["old"], b["ref"])
     batched, meta = vmap(per_example)(*args)
     rows = torch.stack([per_example(*(x[i] for x in args))[0] for i in range(args[0].shape[0])])
     torch.testing.assert_close(batched, rows)
@@ -394,20 +333,15 @@ def _pg_step(b, policy, mask, loss_type, length_norm, rows=slice(None)):
         policy_log_probs=policy,
         response_mask=mask[rows],
         gradient_accumulation_steps=1,
-        loss_type=loss_type,
-        raw_rewards=b["rewards"][rows],
-        advantages=b["adv"][rows],
-        old_log_probs=b["old"][rows],
-        cliprange=0.2,
-        length_norm=length_norm,
-        normalize_constant=5.0,
+        inputs=loss_inputs(b, rows),
+        settings=loss_settings(loss_type, length_normalization=length_norm, normalize_constant=5.0),
     )
 
 
 @given(
     batches(),
     st.lists(st.booleans(), min_size=4, max_size=4),
-    st.sampled_from(sorted(LOSS_ARGS)),
+    st.sampled_from(LOSS_TYPES),
     st.sampled_from(["masked_mean", "masked_normalize"]),
 )
 def test_empty_rows_add_zero_and_no_gradient_and_the_rest_is_the_dropped_batch(
@@ -453,7 +387,7 @@ def test_sft_empty_rows_add_zero_and_no_gradient(b, emptied, constant):
 
 @given(
     batches(),
-    st.sampled_from(sorted(LOSS_ARGS)),
+    st.sampled_from(LOSS_TYPES),
     st.sampled_from([torch.float32, torch.float64, torch.bfloat16]),
 )
 def test_nonempty_batches_get_the_handout_reduction_bit_for_bit(b, loss_type, dtype):
@@ -462,11 +396,11 @@ def test_nonempty_batches_get_the_handout_reduction_bit_for_bit(b, loss_type, dt
     mask = b["mask"].clone()
     mask[:, 0] = True
     args = {k: b[k].to(dtype) for k in ("rewards", "adv", "old")}
+    settings = loss_settings(loss_type)
 
     def handout(lp):
-        token_loss, _ = compute_policy_gradient_loss(
-            lp, loss_type, args["rewards"], args["adv"], args["old"], 0.2
-        )
+        inputs = loss_inputs(args)
+        token_loss, _ = policy_loss(lp, mask, inputs, settings)
         return masked_mean(token_loss, mask, dim=-1).mean()
 
     ours = b["log_probs"].to(dtype).requires_grad_(True)
@@ -476,9 +410,7 @@ def test_nonempty_batches_get_the_handout_reduction_bit_for_bit(b, loss_type, dt
     expected.backward()
     assert torch.equal(loss, expected.detach())
     assert torch.equal(ours.grad, reference.grad)
-    token_loss, _ = compute_policy_gradient_loss(
-        b["log_probs"], loss_type, b["rewards"], b["adv"], b["old"], 0.2
-    )
+    token_loss, _ = policy_loss(b["log_probs"], mask, loss_inputs(b), settings)
     assert torch.equal(
         masked_mean_or_zero(token_loss, mask, dim=-1), masked_mean(token_loss, mask, dim=-1)
     )
@@ -487,14 +419,8 @@ def test_nonempty_batches_get_the_handout_reduction_bit_for_bit(b, loss_type, dt
 @given(batches())
 def test_metadata_clip_fraction_counts_response_tokens(b):
     assume(b["mask"].any())
-    _, meta = grpo_loss(
-        policy_log_probs=b["log_probs"],
-        response_mask=b["mask"],
-        loss_type="grpo_clip",
-        advantages=b["adv"],
-        old_log_probs=b["old"],
-        cliprange=0.1,
-    )
+    settings = LossSettings("grpo_clip", cliprange=0.1)
+    _, meta = grpo_loss(b["log_probs"], b["mask"], loss_inputs(b), settings)
     _, clip_meta = compute_grpo_clip_loss(b["adv"], b["log_probs"], b["old"], 0.1)
     expected = clip_meta["clipped"][b["mask"]].double().mean()
     torch.testing.assert_close(meta["clip_fraction"], expected)
@@ -516,7 +442,7 @@ def test_dispatch_uses_the_signal_its_loss_type_names_when_both_are_given():
 
 def test_negative_cliprange_is_rejected():
     with pytest.raises(ValueError, match="cliprange"):
-        compute_grpo_clip_loss(torch.ones(1, 1), torch.zeros(1, 2), torch.zeros(1, 2), -0.1)
+        LossSettings("grpo_clip", cliprange=-0.1)
 
 
 def _hand_batch():
@@ -524,17 +450,18 @@ def _hand_batch():
     A = [[1], [-1]], eps = 0.2. Only token (0, 0) clips (A > 0 and r = 2 > 1.2; r = 0.5 with
     A > 0 keeps the smaller unclipped term). Response tokens: (0, 0), (0, 1), (1, 0)."""
     ratio = torch.tensor([[2.0, 1.0, 0.5], [1.1, 1.0, 1.0]], dtype=torch.float64)
-    return {
-        "policy_log_probs": ratio.log().requires_grad_(True),
-        "response_mask": torch.tensor([[1, 1, 0], [1, 0, 0]]),
-        "advantages": torch.tensor([[1.0], [-1.0]], dtype=torch.float64),
-        "old_log_probs": torch.zeros(2, 3, dtype=torch.float64),
-        "cliprange": 0.2,
-    }
+    return (
+        ratio.log().requires_grad_(True),
+        torch.tensor([[1, 1, 0], [1, 0, 0]]),
+        LossInputs(
+            advantages=torch.tensor([[1.0], [-1.0]], dtype=torch.float64),
+            old_log_probs=torch.zeros(2, 3, dtype=torch.float64),
+        ),
+    )
 
 
 def test_grpo_loss_metadata_by_hand():
-    loss, meta = grpo_loss(loss_type="grpo_clip", **_hand_batch())
+    loss, meta = grpo_loss(*_hand_batch(), LossSettings("grpo_clip", cliprange=0.2))
     assert set(meta) >= {"per_example_loss", "clip_fraction", "num_response_tokens", "ratio_mean"}
     # Row 0: -min(2, 1.2) = -1.2 and -1 -> mean -1.1; row 1: -min(-1.1, -1.1) = 1.1.
     torch.testing.assert_close(meta["per_example_loss"], torch.tensor([-1.1, 1.1]).double())
@@ -544,12 +471,12 @@ def test_grpo_loss_metadata_by_hand():
     assert meta["num_response_tokens"] == 3
     assert not any(v.requires_grad for v in meta.values())
 
-    _, meta = grpo_loss(loss_type="grpo_no_clip", **_hand_batch())
+    _, meta = grpo_loss(*_hand_batch(), LossSettings("grpo_no_clip"))
     assert meta["clip_fraction"] == 0  # nothing clips without a clip
     torch.testing.assert_close(meta["ratio_mean"], torch.tensor(4.1 / 3).double())
     assert not any(v.requires_grad for v in meta.values())
 
-    _, meta = grpo_loss(loss_type="reinforce_with_baseline", **_hand_batch())
+    _, meta = grpo_loss(*_hand_batch(), LossSettings("reinforce_with_baseline"))
     assert "ratio_mean" not in meta  # only the ratio losses have a ratio
     assert meta["clip_fraction"] == 0 and meta["num_response_tokens"] == 3
 

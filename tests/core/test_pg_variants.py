@@ -1,15 +1,16 @@
 """Properties of the policy-gradient variants after GRPO: DAPO's decoupled clip, GSPO, CISPO,
-SAPO, token-level aggregation (``length_norm="token_mean"``) and the KL term of grpo_loss."""
+SAPO, token-level aggregation (``length_normalization="token_mean"``) and the KL term of grpo_loss."""
 
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from torch.func import vmap
 
 from reasoning_core import (
     LENGTH_NORMS,
-    LOSS_TYPES,
+    POLICY_LOSSES,
+    LossInputs,
+    LossSettings,
     compute_cispo_loss,
     compute_dapo_clip_loss,
     compute_grpo_clip_loss,
@@ -23,36 +24,12 @@ from reasoning_core import (
     token_mean_constant,
 )
 from reasoning_core.masked import masked_mean_or_zero
+from reasoning_core.registry import policy_loss
+from tests.helpers.pg_batches import LOSS_TYPES, grad_of, loss_inputs, loss_settings, pg_batches
 
-NEW_TYPES = ("dapo", "gspo", "cispo", "sapo")
 CLIPS = st.sampled_from([(0.2, 0.2), (0.1, 0.3), (0.3, 0.05), (0.0, 0.5)])
-
-
-@st.composite
-def batches(draw, min_batch=1, max_batch=4, max_seq=6, spread=0.5):
-    b = draw(st.integers(min_batch, max_batch))
-    t = draw(st.integers(1, max_seq))
-    gen = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
-    log_probs = -torch.rand(b, t, generator=gen, dtype=torch.float64) * 5
-    old = log_probs + torch.randn(b, t, generator=gen, dtype=torch.float64) * spread
-    ref = log_probs + torch.randn(b, t, generator=gen, dtype=torch.float64) * spread
-    adv = torch.randn(b, 1, generator=gen, dtype=torch.float64)
-    rewards = torch.rand(b, 1, generator=gen, dtype=torch.float64)
-    mask = torch.rand(b, t, generator=gen) > 0.3
-    return {
-        "log_probs": log_probs,
-        "old": old,
-        "ref": ref,
-        "adv": adv,
-        "rewards": rewards,
-        "mask": mask,
-    }
-
-
-def _grad_of(fn, x):
-    x = x.clone().requires_grad_(True)
-    fn(x).sum().backward()
-    return x.grad
+batches = pg_batches
+_grad_of = grad_of
 
 
 # ------------------------------------------------------------------------------------ DAPO
@@ -202,6 +179,23 @@ def test_cispo_by_hand():
     torch.testing.assert_close(lp.grad, torch.tensor([[-2.56, -1.6]]))
 
 
+def test_cispo_sets_no_lower_bound_by_default():
+    """MiniMax-M1 clips CISPO's weight from above only: with cliprange_low unset, ratio 0.5
+    weighs 0.5 (not 1 - cliprange) and is not counted as clipped; dapo's low side defaults to
+    cliprange."""
+    settings = LossSettings("cispo", cliprange=0.2, cliprange_high=0.28)
+    assert settings.cliprange_low is None and settings.cliprange_high == 0.28
+    assert LossSettings("dapo", cliprange=0.2).cliprange_low == 0.2
+    lp = torch.tensor([[2.0, 0.5]]).log()
+    inputs = LossInputs(advantages=torch.tensor([[2.0]]), old_log_probs=torch.zeros(1, 2))
+    loss, meta = compute_policy_gradient_loss(
+        lp, "cispo", advantages=inputs.advantages, old_log_probs=inputs.old_log_probs,
+        cliprange=0.2, cliprange_high=0.28,
+    )  # fmt: skip
+    torch.testing.assert_close(loss, -torch.tensor([[1.28, 0.5]]) * 2 * lp)
+    assert meta["clipped"].tolist() == [[True, False]]
+
+
 # ------------------------------------------------------------------------------------ SAPO
 
 
@@ -239,8 +233,8 @@ def test_sapo_gate_decays_faster_for_negative_advantages_by_hand():
     s1, s3 = torch.sigmoid(torch.tensor(1.0)), torch.sigmoid(torch.tensor(3.0))
     torch.testing.assert_close(lp.grad[:, 0], torch.stack([-8 * s1 * (1 - s1), 8 * s3 * (1 - s3)]))
     assert (lp.grad.abs() > 0).all()
-    with pytest.raises(ValueError, match="tau"):
-        compute_sapo_loss(adv, lp, old, tau_pos=0.0)
+    with pytest.raises(ValueError, match="sapo_tau_pos"):
+        LossSettings("sapo", sapo_tau_pos=0.0)
 
 
 # -------------------------------------------------------------------------------- dispatch
@@ -265,6 +259,8 @@ def test_dispatch_reaches_the_new_losses(b, clips):
         "sapo": compute_sapo_loss(*args, 0.5, 2.0)[0],
     }
     for loss_type, expected in want.items():
+        if loss_type != "sapo" and low == 0.0:
+            continue  # a clip of 0 is a setting's bound (> 0), not the formula's
         got, meta = compute_policy_gradient_loss(
             loss_type=loss_type, sapo_tau_pos=0.5, sapo_tau_neg=2.0, **common
         )
@@ -278,33 +274,52 @@ def test_dispatch_reaches_the_new_losses(b, clips):
 
 
 @pytest.mark.parametrize(
-    "loss_type,missing",
+    "settings,bad",
     [
-        ("dapo", "cliprange_low"),
-        ("cispo", "cliprange_high"),
-        ("gspo", "response_mask"),
-        ("gspo", "old_log_probs"),
-        ("sapo", "advantages"),
+        ({"loss_type": "dapo", "cliprange": 0.2, "cliprange_high": -0.1}, "cliprange_high"),
+        ({"loss_type": "dapo", "cliprange": 0.2, "cliprange_low": 1.5}, "cliprange_low"),
+        ({"loss_type": "gspo", "cliprange": -0.2}, r"cliprange_low \(from cliprange\)"),
+        ({"loss_type": "cispo", "cliprange": 0.2, "cliprange_low": -0.1}, "cliprange_low"),
+        ({"loss_type": "grpo_clip", "cliprange": 0.0}, "cliprange"),
+        ({"loss_type": "sapo", "sapo_tau_neg": 0.0}, "sapo_tau_neg"),
+        ({"loss_type": "dapo"}, "cliprange_low"),
+        ({"loss_type": "grpo_no_clip", "kl_coef": -1.0}, "kl_coef"),
+        ({"loss_type": "grpo_no_clip", "kl_estimator": "k4"}, "kl_estimator"),
+        ({"loss_type": "ppo"}, "loss_type"),
     ],
 )
-def test_missing_argument_is_named(loss_type, missing):
-    full = {
-        "advantages": torch.ones(2, 1),
-        "old_log_probs": torch.zeros(2, 3),
-        "cliprange_low": 0.2,
-        "cliprange_high": 0.2,
-        "response_mask": torch.ones(2, 3),
-    }
-    del full[missing]
-    with pytest.raises(ValueError, match=missing):
-        compute_policy_gradient_loss(torch.zeros(2, 3), loss_type, **full)
+def test_settings_outside_their_bounds_are_refused_by_name(settings, bad):
+    with pytest.raises(ValueError, match=bad):
+        LossSettings(**settings)
 
 
-def test_negative_clips_are_rejected():
-    with pytest.raises(ValueError, match="cliprange_high"):
-        compute_dapo_clip_loss(torch.ones(1, 1), torch.zeros(1, 2), torch.zeros(1, 2), 0.2, -0.1)
-    with pytest.raises(ValueError, match="cliprange_low"):
-        compute_cispo_loss(torch.ones(1, 1), torch.zeros(1, 2), torch.zeros(1, 2), -0.1, 0.2)
+@given(
+    st.sampled_from(LOSS_TYPES),
+    st.floats(-2.0, 2.0, allow_nan=False),
+    st.floats(-2.0, 2.0, allow_nan=False),
+)
+def test_settings_hold_exactly_the_values_their_bounds_allow(loss_type, cliprange, value):
+    """For every registered loss and clip values anywhere: LossSettings is built exactly when
+    each of the loss's settings, resolved (a None takes its default), lies within its
+    entry's bounds, and then holds the resolved value."""
+    entry = POLICY_LOSSES[loss_type]
+    given_values = {"cliprange": cliprange, "cliprange_high": value}
+    resolved = {}
+    for p in entry.params:
+        v = given_values.get(p.name, p.default)
+        resolved[p.name] = given_values[v] if isinstance(v, str) else v
+    ok = all(
+        (v is None and p.unbounded) or (v is not None and p.above < v < p.below)
+        for p in entry.params
+        for v in [resolved[p.name]]
+    )
+    if not ok:
+        with pytest.raises(ValueError):
+            LossSettings(loss_type, **given_values)
+        return
+    settings = LossSettings(loss_type, **given_values)
+    for name, v in resolved.items():
+        assert getattr(settings, name) == v
 
 
 # -------------------------------------------------------------------------- aggregation
@@ -315,14 +330,12 @@ def test_token_mean_is_the_sum_over_all_tokens_over_their_count(b):
     token_loss, _ = compute_policy_gradient_loss(
         b["log_probs"], "reinforce_with_baseline", advantages=b["adv"]
     )
-    loss, _ = grpo_loss(
-        policy_log_probs=b["log_probs"],
-        response_mask=b["mask"],
-        loss_type="reinforce_with_baseline",
-        advantages=b["adv"],
-        length_norm="token_mean",
+    settings = LossSettings(
+        "reinforce_with_baseline",
+        length_normalization="token_mean",
         normalize_constant=token_mean_constant(b["mask"]),
     )
+    loss, _ = grpo_loss(b["log_probs"], b["mask"], loss_inputs(b), settings)
     count = b["mask"].sum()
     expected = (token_loss * b["mask"]).sum() / count if count else torch.tensor(0.0).double()
     torch.testing.assert_close(loss, expected)
@@ -345,14 +358,12 @@ def test_token_mean_weighs_every_token_alike_by_hand():
     }
     for norm, want in expected.items():
         lp = torch.zeros(2, 3, requires_grad=True)
-        loss, _ = grpo_loss(
-            policy_log_probs=lp,
-            response_mask=mask,
-            loss_type="reinforce_with_baseline",
-            advantages=torch.ones(2, 1),
-            length_norm=norm,
+        settings = LossSettings(
+            "reinforce_with_baseline",
+            length_normalization=norm,
             normalize_constant=token_mean_constant(mask),
         )
+        loss, _ = grpo_loss(lp, mask, LossInputs(advantages=torch.ones(2, 1)), settings)
         loss.backward()
         torch.testing.assert_close(lp.grad, want)
 
@@ -371,6 +382,9 @@ def test_accumulation_equals_one_step_over_the_batch(b, loss_type, length_norm, 
     mask = b["mask"].clone()
     mask[0] = False  # an empty response adds nothing and causes no NaN
     constant = token_mean_constant(mask) if length_norm == "token_mean" else 5.0
+    settings = loss_settings(
+        loss_type, length_normalization=length_norm, normalize_constant=constant, kl_coef=kl_coef
+    )
 
     def run(k):
         policy = b["log_probs"].clone().requires_grad_(True)
@@ -385,22 +399,8 @@ def test_accumulation_equals_one_step_over_the_batch(b, loss_type, length_norm, 
             strict=True,
         )
         for lp, m, r, a, o, ref in chunks:
-            loss, _ = grpo_microbatch_train_step(
-                policy_log_probs=lp,
-                response_mask=m,
-                gradient_accumulation_steps=k,
-                loss_type=loss_type,
-                raw_rewards=r,
-                advantages=a,
-                old_log_probs=o,
-                cliprange=0.2,
-                cliprange_low=0.1,
-                cliprange_high=0.3,
-                length_norm=length_norm,
-                normalize_constant=constant,
-                ref_log_probs=ref,
-                kl_coef=kl_coef,
-            )
+            inputs = LossInputs(raw_rewards=r, advantages=a, old_log_probs=o, ref_log_probs=ref)
+            loss, _ = grpo_microbatch_train_step(lp, m, k, inputs=inputs, settings=settings)
             total = total + loss
         return policy.grad, total
 
@@ -436,70 +436,43 @@ def test_token_mean_with_each_microbatchs_own_count_would_differ(b):
         assert not torch.allclose(own.grad, whole.grad)
 
 
-@given(batches(), st.sampled_from(NEW_TYPES), st.sampled_from(LENGTH_NORMS))
-def test_vmap_equals_row_by_row(b, loss_type, length_norm):
-    def per_example(lp, m, a, o, ref):
-        return grpo_loss(
-            policy_log_probs=lp,
-            response_mask=m,
-            loss_type=loss_type,
-            advantages=a,
-            old_log_probs=o,
-            cliprange_low=0.1,
-            cliprange_high=0.3,
-            length_norm=length_norm,
-            normalize_constant=3.0,
-            ref_log_probs=ref,
-            kl_coef=0.1,
-        )
-
-    args = (b["log_probs"], b["mask"], b["adv"], b["old"], b["ref"])
-    batched, _ = vmap(per_example)(*args)
-    rows = torch.stack([per_example(*(x[i] for x in args))[0] for i in range(len(args[0]))])
-    torch.testing.assert_close(batched, rows)
-    _, whole = per_example(*args)
-    torch.testing.assert_close(batched, whole["per_example_loss"])
-
-
 # -------------------------------------------------------------------------------- KL term
 
 
 @given(batches(), st.sampled_from(["k1", "k2", "k3"]), st.sampled_from([0.01, 0.5]))
 def test_kl_term_adds_beta_times_the_estimate_to_each_token(b, estimator, beta):
-    common = {
-        "policy_log_probs": b["log_probs"],
-        "response_mask": b["mask"],
-        "loss_type": "grpo_clip",
-        "advantages": b["adv"],
-        "old_log_probs": b["old"],
-        "cliprange": 0.2,
-    }
-    base, _ = grpo_loss(**common)
-    with_kl, meta = grpo_loss(
-        **common, ref_log_probs=b["ref"], kl_coef=beta, kl_estimator=estimator
-    )
+    args = (b["log_probs"], b["mask"])
+    with_ref = loss_inputs(b, ref_log_probs=b["ref"])
+    base, _ = grpo_loss(*args, loss_inputs(b), LossSettings("grpo_clip", cliprange=0.2))
+    settings = LossSettings("grpo_clip", cliprange=0.2, kl_coef=beta, kl_estimator=estimator)
+    with_kl, meta = grpo_loss(*args, with_ref, settings)
     kl = kl_penalty(b["log_probs"], b["ref"], estimator)
     expected = base + beta * masked_mean_or_zero(kl, b["mask"], dim=-1).mean()
     torch.testing.assert_close(with_kl, expected)
     torch.testing.assert_close(meta["kl_mean"], masked_mean_or_zero(kl, b["mask"]))
     # kl_coef = 0 adds nothing, bit for bit, and still reports the estimate.
-    zero, zero_meta = grpo_loss(**common, ref_log_probs=b["ref"], kl_estimator=estimator)
+    zero_kl = LossSettings("grpo_clip", cliprange=0.2, kl_estimator=estimator)
+    zero, zero_meta = grpo_loss(*args, with_ref, zero_kl)
     assert torch.equal(zero, base)
     assert "kl_mean" in zero_meta
 
 
 def test_kl_settings_errors():
-    common = {
-        "policy_log_probs": torch.zeros(2, 3),
-        "response_mask": torch.ones(2, 3),
-        "loss_type": "reinforce_with_baseline",
-        "advantages": torch.ones(2, 1),
-    }
+    args = (torch.zeros(2, 3), torch.ones(2, 3), LossInputs(advantages=torch.ones(2, 1)))
     with pytest.raises(ValueError, match="ref_log_probs"):
-        grpo_loss(**common, kl_coef=0.1)
-    with pytest.raises(ValueError, match="kl_estimator"):
-        grpo_loss(**common, ref_log_probs=torch.zeros(2, 3), kl_estimator="k4")
-    with pytest.raises(ValueError, match="kl_coef"):
-        grpo_loss(**common, ref_log_probs=torch.zeros(2, 3), kl_coef=-1.0)
+        grpo_loss(*args, LossSettings("reinforce_with_baseline", kl_coef=0.1))
     with pytest.raises(ValueError, match="normalize_constant"):
-        grpo_loss(**common, length_norm="token_mean")
+        grpo_loss(*args, LossSettings("reinforce_with_baseline", length_normalization="token_mean"))
+
+
+@given(batches(), st.sampled_from(LOSS_TYPES))
+def test_a_loss_reads_only_the_inputs_its_entry_names(b, loss_type):
+    """The runtime gives a loss only what its registry entry lists (no sampling-policy pass
+    for a loss that does not list old_log_probs): the loss must not change without the rest."""
+    entry = POLICY_LOSSES[loss_type]
+    settings = loss_settings(loss_type)
+    full = loss_inputs(b)
+    listed = LossInputs(**{k: getattr(full, k) for k in entry.inputs if k in LossInputs._fields})
+    everything, _ = policy_loss(b["log_probs"], b["mask"], full, settings)
+    only, _ = policy_loss(b["log_probs"], b["mask"], listed, settings)
+    assert torch.equal(everything, only)

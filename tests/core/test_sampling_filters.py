@@ -10,6 +10,8 @@ from torch.func import vmap
 from reasoning_core import (
     ADVANTAGE_ESTIMATORS,
     CONTROL_REWARDS,
+    LossInputs,
+    LossSettings,
     compute_advantages,
     control_rewards,
     dynamic_sampling_keep,
@@ -78,12 +80,8 @@ def test_truncated_rows_leave_the_loss_and_the_others_are_untouched(b, t, seed):
     assert not out[truncated].any()
     assert torch.equal(out[~truncated], mask[~truncated])
     lp = (-torch.rand(b, t, generator=gen)).requires_grad_(True)
-    loss, _ = grpo_loss(
-        policy_log_probs=lp,
-        response_mask=out,
-        loss_type="reinforce_with_baseline",
-        advantages=torch.randn(b, 1, generator=gen),
-    )
+    inputs = LossInputs(advantages=torch.randn(b, 1, generator=gen))
+    loss, _ = grpo_loss(lp, out, inputs, LossSettings("reinforce_with_baseline"))
     loss.backward()
     assert torch.equal(lp.grad[truncated], torch.zeros_like(lp.grad[truncated]))
     got = vmap(mask_truncated)(mask.unsqueeze(1), truncated.unsqueeze(1))

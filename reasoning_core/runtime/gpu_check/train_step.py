@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from reasoning_core import LossSettings
 from reasoning_core.runtime.gpu_check.device import (
     OOM_ERRORS,
     free_memory,
@@ -28,9 +29,8 @@ from reasoning_core.runtime.gpu_check.flops import train_flops_per_token
 from reasoning_core.runtime.training.batching import MicroBatchSize, TokenBatch
 from reasoning_core.runtime.training.policy import set_compiled_forward
 from reasoning_core.runtime.training.updates import (
-    PolicyGradientLoss,
     ScoredRollouts,
-    compute_old_log_probs,
+    fixed_log_probs,
     grpo_update,
     sft_update,
 )
@@ -90,9 +90,9 @@ def measure_train_step(
     else:
         # The sampling policy's log-probs, scored once as the GRPO trainer does (not timed).
         advantages = torch.linspace(-1, 1, micro_batch)
-        old = compute_old_log_probs(model, tokens, device, fixed)
+        old = fixed_log_probs(model, tokens, device, fixed)
         rollouts = ScoredRollouts(tokens, advantages, advantages, old)
-        loss = PolicyGradientLoss("grpo_clip", cliprange=0.2)
+        loss = LossSettings("grpo_clip", cliprange=0.2)
 
         def one_step() -> None:
             grpo_update(model, opt, sched, rollouts, rows, loss=loss, **common)

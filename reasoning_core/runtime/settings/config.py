@@ -181,7 +181,9 @@ def build_config(
     :class:`ConfigError` naming the setting and ``source``. Missing keys take defaults;
     a field without a default that is missing is an error too. ``validate=False`` skips the
     class's own ``validate()`` (which may look at files, e.g. the model folder): the workflow
-    checks its sweep tables that way when it plans, before the models exist."""
+    checks its sweep tables that way when it plans, before the models exist. A class with
+    ``PRESETS`` (name -> settings) expands the setting ``preset`` first; the values given
+    explicitly win over the preset's, and the object records them all."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     renamed = getattr(cls, "RENAMED", {})  # a settings class's old names -> its new ones
@@ -190,6 +192,14 @@ def build_config(
             f"{source}: setting {old!r} of {cls.__name__} was renamed {renamed[old]!r}; "
             f"write {renamed[old]}: {values[old]!r} instead"
         )
+    presets = getattr(cls, "PRESETS", None)  # a setting 'preset' names a set of settings
+    if presets is not None and values.get("preset") is not None:
+        name = values["preset"]
+        if name not in presets:
+            raise ConfigError(
+                f"{source}: setting 'preset' must be one of {sorted(presets)}, got {name!r}"
+            )
+        values = {**presets[name], **values}  # the settings given explicitly win
     unknown = sorted(set(values) - set(fields))
     if unknown:
         raise ConfigError(

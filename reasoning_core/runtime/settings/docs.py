@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reasoning_core.registry import markdown_tables
 from reasoning_core.runtime.commands import COMMANDS, settings_classes
 
 # rrl command -> "module:Class" of its settings dataclass, from the command registry. A command
@@ -88,8 +89,11 @@ def _default(f: dataclasses.Field) -> str:
 
 
 def settings_of(cls: type) -> list[Setting]:
-    """Every field of dataclass ``cls``, in the order the dataclass holds them."""
+    """Every field of dataclass ``cls``, in the order the dataclass holds them. A setting whose
+    values are a registry's names (the class's ``CHOICES``: setting -> a function giving
+    ``{name: description}``) has them listed after its meaning, read from the registry."""
     own = {base: _class_fields(base) for base in cls.__mro__ if dataclasses.is_dataclass(base)}
+    choices = getattr(cls, "CHOICES", {})
     out = []
     for f in dataclasses.fields(cls):
         declared = [base for base, fields in own.items() if f.name in fields]
@@ -97,6 +101,9 @@ def settings_of(cls: type) -> list[Setting]:
         documented = [base for base in declared if own[base][f.name][1]]
         where = documented[0] if documented else (declared[0] if declared else cls)
         meaning = own[where][f.name][1] if documented else ""
+        if f.name in choices:
+            listed = "; ".join(f"{k}: {v}" for k, v in choices[f.name]().items())
+            meaning = f"{meaning} Choices: {listed}."
         out.append(Setting(f.name, typ, _default(f), meaning, where.__qualname__))
     return out
 
@@ -122,6 +129,7 @@ def help_text(cls: type, section: str, width: int = 100) -> str:
             width=width,
             initial_indent="      ",
             subsequent_indent="      ",
+            break_on_hyphens=False,  # a formula's "1-eps" stays whole
         )
     return "\n".join(lines)
 
@@ -190,27 +198,55 @@ def undocumented(commands: dict[str, str] | None = None) -> list[str]:
     return out
 
 
+def with_registry_tables(text: str) -> str:
+    """``text`` (docs/algorithms.md) with the registries' tables
+    (:func:`reasoning_core.registry.markdown_tables`) between their
+    ``<!-- registry:NAME -->`` and ``<!-- /registry:NAME -->`` markers."""
+    for name, table in markdown_tables().items():
+        start, end = f"<!-- registry:{name} -->", f"<!-- /registry:{name} -->"
+        if start not in text or end not in text:
+            raise ValueError(f"no {start} ... {end} block to fill")
+        i, j = text.index(start) + len(start), text.index(end)
+        text = f"{text[:i]}\n{table}\n{text[j:]}"
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``rrl docs --out docs/configuration.md`` (``--check``: exit 1 if the file differs)."""
+    """``rrl docs --out docs/configuration.md`` (``--check``: exit 1 if a file differs); the
+    registries' tables in ``--algorithms`` (docs/algorithms.md) are refreshed too."""
     parser = argparse.ArgumentParser(
-        prog="rrl docs", description="Write docs/configuration.md from the settings dataclasses."
+        prog="rrl docs",
+        description="Write docs/configuration.md from the settings dataclasses, and the "
+        "method tables of docs/algorithms.md from the core's registries.",
     )
     parser.add_argument("--out", default="docs/configuration.md", help="file to write")
     parser.add_argument(
-        "--check", action="store_true", help="write nothing; exit 1 if --out differs"
+        "--algorithms",
+        default=None,
+        help="file whose registry tables to refresh (default: algorithms.md beside --out)",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if a file differs"
     )
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    text = configuration_markdown()
     missing = undocumented()
     if missing:
         print(f"rrl docs: settings without a meaning: {', '.join(missing)}", file=sys.stderr)
     out = Path(args.out)
+    algorithms = Path(args.algorithms) if args.algorithms else out.parent / "algorithms.md"
+    wanted = {out: configuration_markdown()}
+    if algorithms.is_file() or args.algorithms:
+        wanted[algorithms] = with_registry_tables(algorithms.read_text(encoding="utf-8"))
     if args.check:
-        same = out.is_file() and out.read_text(encoding="utf-8") == text
-        if not same:
-            print(f"rrl docs: {out} is out of date; run rrl docs --out {out}", file=sys.stderr)
-        return 0 if same and not missing else 1
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
-    print(f"wrote {out} ({len(text.splitlines())} lines)")
+        stale = [
+            out for out, text in wanted.items()
+            if not (out.is_file() and out.read_text(encoding="utf-8") == text)
+        ]  # fmt: skip
+        for path in stale:
+            print(f"rrl docs: {path} is out of date; run rrl docs --out {out}", file=sys.stderr)
+        return 0 if not stale and not missing else 1
+    for path, text in wanted.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path} ({len(text.splitlines())} lines)")
     return 1 if missing else 0

@@ -215,8 +215,8 @@ class RolloutCheck:
     Per rollout batch, :meth:`start` places the engine's log-probs of the sampled tokens on the
     batch's grid and checks them against ``old_log_probs`` when the run scores those (the
     metrics and TIS weights come at once), else leaves :attr:`pending` for the batch's first
-    update to measure on its own forward (:func:`check_rollouts`); :meth:`after_update` takes
-    that update's ``rollout/`` keys out of its stats. :attr:`metrics` is the batch's check, for
+    update to measure on its own forward (:func:`check_rollouts`); :meth:`after_update` keeps
+    that update's ``rollout/`` measurement. :attr:`metrics` is the batch's check, for
     every train line of the batch; the warning goes to stderr once a run (:class:`MismatchWarner`).
     """
 
@@ -242,11 +242,12 @@ class RolloutCheck:
         self.warn(self.metrics)
         return weights
 
-    def after_update(self, stats: dict[str, float]) -> None:
-        """After an update given :attr:`pending`: its measurement moves from ``stats`` (which
-        loses the keys) into :attr:`metrics`, and the batch's later updates get none."""
+    def after_update(self, checked: dict[str, float]) -> None:
+        """After an update given :attr:`pending`: its measurement (``checked``, the ``rollout/``
+        keys :func:`~reasoning_core.runtime.training.updates.grpo_update` returns beside its
+        stats) becomes :attr:`metrics`, and the batch's later updates get none."""
         if self.pending is None:
             return
-        self.metrics = {k: stats.pop(k) for k in (*MISMATCH_KEYS, *TIS_KEYS) if k in stats}
+        self.metrics = {k: checked[k] for k in (*MISMATCH_KEYS, *TIS_KEYS) if k in checked}
         self.warn(self.metrics)
         self.pending = None

@@ -246,6 +246,58 @@ class RolloutBatch:
         """Indices of the responses with reward 1 (right format and answer)."""
         return [i for i, s in enumerate(self.scores) if s["reward"] >= 1.0]
 
+    def rows(self, start: int, stop: int) -> RolloutBatch:
+        """Responses ``start:stop`` (a plain list of their scores, no ``seconds``)."""
+        part = slice(start, stop)
+        return RolloutBatch(
+            self.prompts[part],
+            self.responses[part],
+            self.ground_truths[part],
+            self.lengths[part],
+            list(self.scores[part]),
+            {},
+            self.completions[part],
+        )
+
+    @classmethod
+    def concat(cls, parts: list[RolloutBatch], seconds: dict[str, float] | None = None):
+        """The responses of ``parts``, in order, with ``seconds`` (default none). When every
+        part's scores carry grading counts (``envs.GradeResults``), so do the result's,
+        summed."""
+        out = cls([], [], [], [], [], dict(seconds or {}))
+        scores: list[dict] = []
+        for part in parts:
+            out.prompts += part.prompts
+            out.responses += part.responses
+            out.ground_truths += part.ground_truths
+            out.lengths += part.lengths
+            out.completions += part.completions
+            scores += part.scores
+        out.scores = scores
+        if parts and all(isinstance(p.scores, envs.GradeResults) for p in parts):
+            counts = [p.grade_metrics for p in parts]
+            out.scores = counted(scores, {k: sum(c[k] for c in counts) for k in GRADE_KEYS})
+        return out
+
+
+def counted(scores: list[dict], counts: dict[str, int]) -> envs.GradeResults:
+    """``scores`` as an ``envs.GradeResults`` carrying the grading ``counts``
+    (:func:`grade_counts`'s keys)."""
+    results = envs.GradeResults(scores)
+    results.stats = GradeStats(
+        n=len(scores), timeouts=int(counts["grade/timeouts"]), errors=int(counts["grade/errors"])
+    )
+    return results
+
+
+def sum_seconds(batches) -> dict[str, float]:
+    """The ``seconds`` of ``batches`` summed key by key, in first-seen key order."""
+    total: dict[str, float] = {}
+    for batch in batches:
+        for key, value in batch.seconds.items():
+            total[key] = total.get(key, 0.0) + value
+    return total
+
 
 def sample_and_grade(
     engine: RolloutEngine,
@@ -334,24 +386,10 @@ def gather_batches(batch: RolloutBatch) -> RolloutBatch:
             batch.completions,
         )
     )
-    out = RolloutBatch([], [], [], [], [], dict(batch.seconds))
-    scores: list[dict] = []
-    counts = dict.fromkeys(GRADE_KEYS, 0)
-    for prompts, responses, truths, lengths, part_scores, part_counts, completions in parts:
-        out.prompts += prompts
-        out.responses += responses
-        out.ground_truths += truths
-        out.lengths += lengths
-        out.completions += completions
-        scores += part_scores
-        for key in GRADE_KEYS:
-            counts[key] += int(part_counts[key])
-    if isinstance(batch.scores, envs.GradeResults):
-        results = envs.GradeResults(scores)
-        results.stats = GradeStats(
-            n=len(scores), timeouts=counts["grade/timeouts"], errors=counts["grade/errors"]
-        )
-        out.scores = results
-    else:
-        out.scores = scores
-    return out
+    keeps_counts = isinstance(batch.scores, envs.GradeResults)
+    batches = []
+    for prompts, responses, truths, lengths, scores, counts, completions in parts:
+        if keeps_counts:
+            scores = counted(scores, counts)
+        batches.append(RolloutBatch(prompts, responses, truths, lengths, scores, {}, completions))
+    return RolloutBatch.concat(batches, batch.seconds)

@@ -23,13 +23,14 @@ still the same batch mean. ``rrl gpu-check`` times these very functions.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, NamedTuple
 
 import torch
 
 from reasoning_core import (
+    LossInputs,
+    LossSettings,
     grpo_microbatch_train_step,
     sft_microbatch_train_step,
     token_mean_constant,
@@ -148,29 +149,6 @@ def accumulate_sft(
     return total_loss, ent_sum, ent_n
 
 
-@dataclass(frozen=True)
-class PolicyGradientLoss:
-    """The GRPO objective's settings, under the names of ``rrl grpo``'s settings:
-    ``loss_type``, ``cliprange`` (grpo_clip; dapo, gspo and cispo take ``cliprange_low`` and
-    ``cliprange_high``, each defaulting to it), ``sapo_tau_pos``/``sapo_tau_neg`` (sapo),
-    ``length_normalization`` (how a response's token losses become one number:
-    ``masked_mean``, ``masked_normalize`` by ``normalize_constant``, or ``token_mean``, whose
-    constant :func:`grpo_update` counts over each train batch), which the core's train step
-    calls ``length_norm``, and the KL penalty to a reference (``kl_coef``, ``kl_estimator``)
-    (:func:`reasoning_core.grpo_microbatch_train_step`)."""
-
-    loss_type: str
-    cliprange: float | None = None
-    length_normalization: str = "masked_mean"
-    normalize_constant: float | None = None
-    cliprange_low: float | None = None
-    cliprange_high: float | None = None
-    sapo_tau_pos: float = 1.0
-    sapo_tau_neg: float = 1.05
-    kl_coef: float = 0.0
-    kl_estimator: str = "k3"
-
-
 class ScoredRollouts(NamedTuple):
     """A rollout batch ready for :func:`grpo_update`: its ``tokens``, ``raw_rewards`` and
     group-normalized ``advantages`` (rollouts,) float32, ``old_log_probs`` (rollouts, seq)
@@ -196,23 +174,24 @@ def grpo_update(
     rollouts: ScoredRollouts,
     rows: list[int] | torch.Tensor,
     *,
-    loss: PolicyGradientLoss,
+    loss: LossSettings,
     micro_batch_size: MicroBatchSize,
     device: torch.device,
     max_grad_norm: float,
     share_prompts: bool = False,
     engine_check: EngineCheck | None = None,
-) -> dict[str, float]:
+) -> tuple[dict[str, float], dict[str, float]]:
     """One AdamW step of the policy-gradient ``loss`` on the train batch ``rows`` of a rollout
     batch (:func:`accumulate_grpo`).
 
-    Returns ``loss`` (summed over the micro batches as returned by the train step),
-    ``grad_norm`` (before clipping), ``entropy`` (mean response-token entropy),
-    ``clip_fraction`` (token-weighted), ``lr``, and ``micro_batch_size`` after an out-of-memory
-    back-off. With ``engine_check`` (the first update of a rollout batch, whose weights sampled
-    it), also the ``rollout/`` keys of :class:`MismatchSums` measured on this update's own
-    forward, the loss weighted by TIS from it when ``engine_check.tis_cap`` is set. With a
-    reference policy (``rollouts.ref_log_probs``), also ``kl``, the mean per-token KL estimate.
+    Returns ``(stats, checked)``. ``stats``: ``loss`` (summed over the micro batches as
+    returned by the train step), ``grad_norm`` (before clipping), ``entropy`` (mean
+    response-token entropy), ``clip_fraction`` (token-weighted), ``lr``, and
+    ``micro_batch_size`` after an out-of-memory back-off; with a reference policy
+    (``rollouts.ref_log_probs``), also ``kl``, the mean per-token KL estimate. ``checked``:
+    with ``engine_check`` (the first update of a rollout batch, whose weights sampled it), the
+    ``rollout/`` keys of :class:`MismatchSums` measured on this update's own forward (the loss
+    weighted by TIS from it when ``engine_check.tis_cap`` is set); else empty.
 
     ``token_mean``'s constant is :func:`reasoning_core.token_mean_constant` of the loss mask of
     all ``rows``, counted here once per optimizer step and passed to every micro batch, so the
@@ -220,16 +199,16 @@ def grpo_update(
     rows = torch.as_tensor(rows, dtype=torch.long)
     if loss.length_normalization == "token_mean":
         mask = rollouts.tokens.response_mask if rollouts.loss_mask is None else rollouts.loss_mask
-        loss = replace(loss, normalize_constant=float(token_mean_constant(mask[rows])))
+        loss = loss.with_constant(float(token_mean_constant(mask[rows])))
     lr = optimizer.param_groups[0]["lr"]
     zero = partial(optimizer.zero_grad, set_to_none=True)
     zero()
     acc = micro_batch_size.call(
         accumulate_grpo,
+        model,
+        rollouts,
+        share(rows),
         reset=zero,
-        model=model,
-        rollouts=rollouts,
-        rows=share(rows),
         loss=loss,
         device=device,
         share_prompts=share_prompts,
@@ -243,16 +222,16 @@ def grpo_update(
     optimizer.step()
     scheduler.step()
     zero()  # the gradients hold no memory while the engine samples
-    return {
+    stats = {
         "loss": acc.loss,
         "grad_norm": norm_value(grad_norm),
         "entropy": acc.entropy_sum / max(1, acc.tokens),
         "clip_fraction": acc.clipped_sum / max(1, acc.tokens),
         "lr": lr,
         **micro_batch_size.metrics(),
-        **(acc.mismatch.metrics() if engine_check is not None else {}),
         **({"kl": acc.kl_sum / max(1, acc.tokens)} if rollouts.ref_log_probs is not None else {}),
     }
+    return stats, acc.mismatch.metrics() if engine_check is not None else {}
 
 
 class Accumulated(NamedTuple):
@@ -268,11 +247,11 @@ class Accumulated(NamedTuple):
 
 def accumulate_grpo(
     size: int,
-    *,
     model: torch.nn.Module,
     rollouts: ScoredRollouts,
     rows: torch.Tensor,
-    loss: PolicyGradientLoss,
+    *,
+    loss: LossSettings,
     device: torch.device,
     share_prompts: bool,
     engine_check: EngineCheck | None = None,
@@ -302,25 +281,19 @@ def accumulate_grpo(
         token_weights = None if weights is None else weights[r, :width].to(device)
         if engine_check is not None:
             token_weights = engine_check.measure(sums, r, log_probs, mask)
+        inputs = LossInputs(
+            raw_rewards=rollouts.raw_rewards[r].unsqueeze(1).to(device),
+            advantages=rollouts.advantages[r].unsqueeze(1).to(device),
+            old_log_probs=None if old is None else old[r, :width].to(device),
+            token_weights=token_weights,
+            ref_log_probs=None if ref is None else ref[r, :width].to(device),
+        )
         value, meta = grpo_microbatch_train_step(
             policy_log_probs=log_probs,
             response_mask=loss_mask,
             gradient_accumulation_steps=steps,
-            loss_type=loss.loss_type,
-            raw_rewards=rollouts.raw_rewards[r].unsqueeze(1).to(device),
-            advantages=rollouts.advantages[r].unsqueeze(1).to(device),
-            old_log_probs=None if old is None else old[r, :width].to(device),
-            cliprange=loss.cliprange,
-            length_norm=loss.length_normalization,
-            normalize_constant=loss.normalize_constant,
-            token_weights=token_weights,
-            cliprange_low=loss.cliprange_low,
-            cliprange_high=loss.cliprange_high,
-            sapo_tau_pos=loss.sapo_tau_pos,
-            sapo_tau_neg=loss.sapo_tau_neg,
-            ref_log_probs=None if ref is None else ref[r, :width].to(device),
-            kl_coef=loss.kl_coef,
-            kl_estimator=loss.kl_estimator,
+            inputs=inputs,
+            settings=loss,
         )
         loss_sum += float(value)
         s, c = masked_token_mean(entropy, mask)
@@ -376,16 +349,18 @@ def global_sums(acc: Accumulated) -> Accumulated:
 
 
 @torch.no_grad()
-def compute_old_log_probs(
+def fixed_log_probs(
     model: torch.nn.Module,
     tokens: TokenBatch,
     device: torch.device,
     micro_batch_size: MicroBatchSize,
     share_prompts: bool = False,
 ) -> torch.Tensor:
-    """Log-probs (rollouts, seq) float32 on the CPU of every response token under the current
-    (sampling) policy, no gradient: the ``old_log_probs`` of the ratio losses (with
-    ``share_prompts``, 0 at the prompt positions, as the training pass then gives them).
+    """Log-probs (rollouts, seq) float32 on the CPU of every response token under ``model``
+    held fixed (no gradient, its mode as it is): under the sampling policy, the
+    ``old_log_probs`` of the ratio losses; under the frozen reference, the KL penalty's
+    ``ref_log_probs`` (with ``share_prompts``, 0 at the prompt positions, as the training pass
+    then gives them).
 
     Under ``torchrun`` each rank scores its contiguous share of the rows (whole groups) and the
     shares are summed into the whole tensor, which every rank then holds."""
@@ -436,7 +411,7 @@ def score_responses(
     entropy: bool,
     rows: list[int] | None = None,
 ) -> tuple[torch.Tensor, float, int]:
-    """The no-gradient passes (:func:`compute_old_log_probs`, :func:`score_rollouts`) in micro
+    """The no-gradient passes (:func:`fixed_log_probs`, :func:`score_rollouts`) in micro
     batches of ``size``: (log-probs (rows, seq) float32 on the CPU, entropy sum, token count;
     the two 0 without ``entropy``). ``share``: each micro batch's distinct prompts computed
     once. ``rows``: only these rows are scored (the others stay 0); default all."""

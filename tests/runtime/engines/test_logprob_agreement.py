@@ -13,7 +13,13 @@ import pytest
 import torch
 from tiny_model import PROMPTS, build_model, save_tiny_model
 
-from reasoning_core import get_response_log_probs, grpo_loss, logprob_mismatch
+from reasoning_core import (
+    LossInputs,
+    LossSettings,
+    get_response_log_probs,
+    grpo_loss,
+    logprob_mismatch,
+)
 from reasoning_core.runtime.engines import make_engine
 from reasoning_core.runtime.engines.rollout import SamplingParams
 
@@ -64,7 +70,8 @@ def one_adamw_step(model, tokenizer, prompts, out, lr=1e-4):
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     lp = get_response_log_probs(model, input_ids, labels)["log_probs"]
     advantages = torch.randn(len(lp), 1, generator=torch.Generator().manual_seed(0))
-    grpo_loss(lp, mask, "reinforce_with_baseline", advantages=advantages)[0].backward()
+    inputs, settings = LossInputs(advantages=advantages), LossSettings("reinforce_with_baseline")
+    grpo_loss(lp, mask, inputs, settings)[0].backward()
     optimizer.step()
     model.eval()
 

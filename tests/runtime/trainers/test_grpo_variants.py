@@ -179,7 +179,7 @@ def test_token_mean_passes_the_batch_token_count(world, tmp_path, monkeypatch):
     real = updates.grpo_microbatch_train_step
 
     def step(**kwargs):
-        seen_constants.append(kwargs["normalize_constant"])
+        seen_constants.append(kwargs["settings"].normalize_constant)
         return real(**kwargs)
 
     monkeypatch.setattr(updates, "grpo_microbatch_train_step", step)

@@ -47,7 +47,7 @@ def test_every_grpo_train_line_carries_the_check_in_sync(world, tmp_path, monkey
     update's forward (on-policy) or on the old log-probs (grpo_clip), an engine in sync differs
     from the policy by float rounding only."""
     cfg = {**GRPO, **QUIET, "n_grpo_steps": 2, **variant}
-    old = record_calls(monkeypatch, grpo, "compute_old_log_probs")
+    old = record_calls(monkeypatch, grpo, "fixed_log_probs")
     train = train_records(cfg, world, tmp_path / "run", monkeypatch)
     assert len(old) == (2 if variant["loss_type"] == "grpo_clip" else 0)  # no extra pass
     assert len(train) == 4 and len({frozenset(r) for r in train}) == 1
@@ -106,7 +106,7 @@ def test_tis_over_several_steps_scores_the_sampling_policy_once(world, tmp_path,
     is no longer the sampling policy's, so TIS scores it once per rollout batch (the old
     log-probs' no-gradient pass), and both lines carry that batch's weights."""
     cfg = {**GRPO, **QUIET, "n_grpo_steps": 1, "loss_type": "reinforce_with_baseline"}
-    calls = record_calls(monkeypatch, grpo, "compute_old_log_probs")
+    calls = record_calls(monkeypatch, grpo, "fixed_log_probs")
     tis = {**cfg, "rollout_correction": "tis"}
     train = train_records(tis, world, tmp_path / "run", monkeypatch)
     assert len(calls) == 1 and len(train) == 2
@@ -165,7 +165,7 @@ def test_tis_with_an_engine_that_agrees_exactly_changes_no_metric(world, tmp_pat
     bit, apart from the two TIS keys."""
     cfg = {**GRPO, **QUIET, "n_grpo_steps": 2, "epochs_per_rollout_batch": 2}
     old: list = []
-    real_old = grpo.compute_old_log_probs
+    real_old = grpo.fixed_log_probs
 
     def scored(*args, **kwargs):
         old.append(real_old(*args, **kwargs))
@@ -174,7 +174,7 @@ def test_tis_with_an_engine_that_agrees_exactly_changes_no_metric(world, tmp_pat
     def agreeing_engine(labels, response_mask, completions):
         return old[-1].clone(), response_mask.bool()
 
-    monkeypatch.setattr(grpo, "compute_old_log_probs", scored)
+    monkeypatch.setattr(grpo, "fixed_log_probs", scored)
     monkeypatch.setattr(engine_check, "engine_log_probs", agreeing_engine)
     plain = train_records(cfg, world, tmp_path / "plain", monkeypatch)
     tis = train_records({**cfg, "rollout_correction": "tis"}, world, tmp_path / "tis", monkeypatch)

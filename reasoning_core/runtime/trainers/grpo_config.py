@@ -1,0 +1,334 @@
+"""The settings of ``rrl grpo``: :class:`GRPOConfig`.
+
+The choices of ``loss_type`` and ``advantage_estimator`` and the bounds of a loss's settings
+are the registries' (:mod:`reasoning_core.registry`): validation asks the loss's entry, and
+``--help`` lists the entries (``CHOICES``), so a new registered method needs no edit here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Literal
+
+from reasoning_core import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, PRESETS, LossSettings
+from reasoning_core.runtime.errors import ConfigError
+from reasoning_core.runtime.training import settings as checks
+from reasoning_core.runtime.training.batching import PACKABLE_ATTENTION
+from reasoning_core.runtime.training.settings import RolloutConfig, ShardingConfig
+
+
+def param_default(name: str) -> float:
+    """The default of a loss setting, from the registered loss that takes it."""
+    return next(p.default for e in POLICY_LOSSES.values() for p in e.params if p.name == name)
+
+
+@dataclass
+class GRPOConfig(ShardingConfig, RolloutConfig):
+    """GRPO settings; defaults are the handout's (Qwen2.5-Math-1.5B on MATH)."""
+
+    n_grpo_steps: int = 200
+    """GRPO steps: each samples one rollout batch and trains on it."""
+    lr: float = 1e-5
+    """Peak learning rate of AdamW."""
+    advantage_eps: float = 1e-6
+    """Added to a group's reward standard deviation before dividing by it."""
+    rollout_batch_size: int = 256
+    """Responses sampled per GRPO step (rollout_batch_size / group_size questions)."""
+    group_size: int = 8
+    """Responses per question; advantages are relative to the group."""
+    sampling_temperature: float = 1.0
+    """Temperature of the rollouts."""
+    sampling_top_p: float = 1.0
+    """Nucleus-sampling top_p of the rollouts."""
+    sampling_min_tokens: int = 4
+    """Fewest new tokens per rollout; as in expert iteration, no empty responses."""
+    sampling_max_tokens: int = 1024
+    """Most new tokens per rollout."""
+    epochs_per_rollout_batch: int = 1
+    """Passes over each rollout batch; 1 with train_batch_size = rollout_batch_size is
+    on-policy."""
+    train_batch_size: int = 256
+    """Responses per optimizer step; a rollout batch gives rollout_batch_size /
+    train_batch_size steps per epoch."""
+    gradient_accumulation_steps: int = 128
+    """Micro batches per optimizer step (micro batch = train_batch_size / this; the handout's
+    128 gives 2); the update is the batch mean whatever the split."""
+    preset: str | None = None
+    """A published method's settings at once (reasoning_core.PRESETS, listed below); any
+    setting given explicitly wins over the preset's."""
+    loss_type: str = "reinforce_with_baseline"
+    """Policy-gradient loss, a name registered in reasoning_core.POLICY_LOSSES (listed below
+    with each one's formula, paper and settings; docs/algorithms.md explains them)."""
+    advantage_estimator: str = "grpo"
+    """How rewards become advantages, a name registered in reasoning_core.ADVANTAGE_ESTIMATORS
+    (listed below with each one's formula and paper)."""
+    use_std_normalization: bool = True
+    """Divide each group's advantages by its reward standard deviation (+ advantage_eps);
+    false selects the estimator without that division (grpo: dr_grpo); the other estimators
+    have none to drop."""
+    cliprange: float = 0.2
+    """grpo_clip's epsilon: the ratio is clipped to [1 - cliprange, 1 + cliprange]; the default
+    of the clip pair of the losses that take cliprange_low and cliprange_high."""
+    cliprange_low: float | None = None
+    """The lower clip, 1 - cliprange_low, of the losses that take it (null: the loss's
+    default, listed under loss_type)."""
+    cliprange_high: float | None = None
+    """The upper clip, 1 + cliprange_high, of the losses that take it (null: the loss's
+    default, listed under loss_type)."""
+    sapo_tau_pos: float = param_default("sapo_tau_pos")
+    """sapo: the gate's temperature for tokens with a positive advantage."""
+    sapo_tau_neg: float = param_default("sapo_tau_neg")
+    """sapo: the gate's temperature for tokens with a negative or zero advantage."""
+    length_normalization: Literal["masked_mean", "masked_normalize", "token_mean"] = "masked_mean"
+    """How a response's per-token losses become one number: masked_mean (divide by its own
+    length), masked_normalize (divide by normalize_constant) or token_mean (every token of the
+    train batch weighs the same: the sum over the batch's tokens divided by their count,
+    counted once per optimizer step over the whole train batch, whatever the micro batches)."""
+    normalize_constant: float | None = None
+    """Divisor of masked_normalize (null: sampling_max_tokens)."""
+    kl_coef: float = 0.0
+    """Weight of a KL penalty to a frozen reference policy (the starting model) added to each
+    response token's loss; 0: off, and no reference is loaded. Logs kl (the mean per-token
+    estimate)."""
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    """Estimator of the per-token KL to the reference: k1 (log-ratio), k2 (half its square)
+    or k3 (GRPO's, never negative and unbiased)."""
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling: drop the groups whose rewards are all equal (their advantages
+    are 0) and sample more questions until the rollout batch is full again; logs
+    dynamic_sampling/rounds and dynamic_sampling/kept."""
+    dynamic_sampling_max_rounds: int = 4
+    """dynamic_sampling: the most extra sampling rounds per GRPO step. When the batch is still
+    not full, the kept groups fill it again in order (logged as dynamic_sampling/repeated); a
+    step that kept no group at all takes no optimizer step."""
+    overlong: Literal["none", "mask", "soft_penalty"] = "none"
+    """Responses cut at sampling_max_tokens: none (trained as any other), mask (left out of the
+    loss: DAPO's overlong filtering), or soft_penalty (DAPO's length penalty added to the
+    reward, from 0 down to -1 over the last overlong_cache_tokens tokens)."""
+    overlong_cache_tokens: int | None = None
+    """soft_penalty's ramp in tokens before sampling_max_tokens (null: a fifth of it, DAPO's
+    4,096 of 20,480)."""
+    reward_control: Literal["none", "random", "format_only"] = "none"
+    """Train on a control reward instead of the verifier's: random (the batch's rewards
+    shuffled among its responses: the same rate of 1s, unrelated to correctness) or
+    format_only (1 for a well-formed response, right or wrong). The logged reward stays the
+    verifier's; trained_reward is the one trained on."""
+    old_log_probs: Literal["auto", "none"] = "auto"
+    """auto: compute the sampling policy's log-probs when they are needed (the ratio losses;
+    rollout_correction tis over several optimizer steps per rollout batch); none: never
+    (refused where they are needed)."""
+    rollout_correction: Literal["none", "tis"] = "none"
+    """Correct the loss for an engine that samples from other log-probs than the policy's:
+    none, or tis (truncated importance sampling: each response token's loss, whatever the
+    loss_type, weighted by min(exp(old policy - engine), tis_cap), detached; logs
+    rollout/tis_weight_mean and rollout/tis_clipped). docs/rollout_mismatch.md says when."""
+    tis_cap: float = 2.0
+    """tis's cap (>= 1): no token's weight exceeds it."""
+    sort_micro_batches: bool = False
+    """Sort each train batch's rows by length before cutting it into micro batches, so a micro
+    batch pads to a near-equal longest row: less padding computed, the same batch mean up to
+    rounding."""
+    share_prompts: bool = False
+    """Pack the rows of a micro batch that share a prompt into one sequence, the prompt once and
+    its responses after it under a 4D attention mask: the same loss and gradient up to
+    rounding, fewer tokens computed. Rows are then ordered by question."""
+    train_examples: int | None = None
+    """Size of the pool of training questions (null: the task's default). A pool smaller than
+    the questions of a rollout batch is drawn with replacement: train_examples 1 is one-example
+    RLVR, every group a new sample of the same problem."""
+    eval_every: int = 5
+    """Evaluate every N GRPO steps; 0: only at the start and the end."""
+    save_every: int = 5
+    """Save the resumable state every N GRPO steps; 0: never."""
+
+    # The settings whose choices are registries: --help and docs/configuration.md list them.
+    CHOICES = {
+        "preset": lambda: {name: str(dict(values)) for name, values in PRESETS.items()},
+        "loss_type": lambda: loss_choices(),
+        "advantage_estimator": lambda: {
+            e.name: f"{e.formula} ({e.paper})" for e in ADVANTAGE_ESTIMATORS.values()
+        },
+    }
+    PRESETS = PRESETS
+
+    def validate(self) -> None:
+        settings = self.loss  # the loss's own settings, checked by the registry's bounds
+        checks.check_at_least_one(
+            self, "n_grpo_steps", "group_size", "epochs_per_rollout_batch", "sampling_max_tokens"
+        )
+        if self.group_size < 2:
+            raise ConfigError(
+                f"setting 'group_size' must be >= 2 for group advantages, got {self.group_size}"
+            )
+        checks.check_divisible(self, "rollout_batch_size", "group_size")
+        checks.check_divisible(self, "train_batch_size", "gradient_accumulation_steps")
+        checks.check_divisible(self, "rollout_batch_size", "train_batch_size")
+        if self.train_batch_size < self.group_size:
+            raise ConfigError(
+                f"setting 'train_batch_size' ({self.train_batch_size}) must be >= "
+                f"'group_size' ({self.group_size})"
+            )
+        checks.check_sampling(self)
+        if settings.entry.needs_old_log_probs and self.old_log_probs == "none":
+            raise ConfigError(
+                f"setting 'old_log_probs' is 'none' but loss_type {self.loss_type!r} needs the "
+                "old (sampling) policy's log-probs; use old_log_probs: auto"
+            )
+        if not self.tis_cap >= 1:
+            raise ConfigError(f"setting 'tis_cap' must be >= 1, got {self.tis_cap}")
+        if self.rollout_correction == "tis" and self.old_log_probs == "none":
+            if self.steps_per_rollout_batch > 1:
+                # The later steps' forward is no longer the sampling policy's.
+                raise ConfigError(
+                    "setting 'rollout_correction' is tis and a rollout batch takes "
+                    f"{self.steps_per_rollout_batch} optimizer steps, so its weights need the "
+                    "sampling policy's log-probs, but setting 'old_log_probs' is 'none'"
+                )
+        self._validate_variants()
+        if self.advantage_eps < 0:
+            raise ConfigError("setting 'advantage_eps' must be >= 0")
+        if self.share_prompts and self.attn_implementation not in ("auto", *PACKABLE_ATTENTION):
+            # The packed rows of a shared prompt need a 4D attention mask.
+            raise ConfigError(
+                f"setting 'share_prompts' needs attn_implementation in "
+                f"{['auto', *PACKABLE_ATTENTION]} (a 4D attention mask), got "
+                f"{self.attn_implementation!r}; turn one of them off"
+            )
+        super().validate()
+
+    def check_world(self, world: int) -> None:
+        """Under ``torchrun`` on ``world`` processes: group seeding, whole groups per rank (the
+        rollout batch's questions a multiple of the world size), and the train batch and its
+        micro batches split evenly (docs/gpu.md, "Several GPUs")."""
+        checks.check_group_seeding(self, world)
+        self.check_sharding()
+        groups = self.n_prompts_per_rollout_batch
+        if groups % world:
+            raise ConfigError(
+                f"setting 'rollout_batch_size' ({self.rollout_batch_size}) holds {groups} groups "
+                f"of group_size {self.group_size}, which do not split into whole groups over "
+                f"the world size ({world} processes under torchrun): make rollout_batch_size / "
+                f"group_size a multiple of {world}"
+            )
+        checks.check_world_batches(self, world, "train_batch_size", "gradient_accumulation_steps")
+
+    def _validate_variants(self) -> None:
+        """The policy-gradient variants' settings (docs/algorithms.md); a setting that would
+        be ignored under the others is refused rather than silently unused."""
+        takes = {p.name for p in POLICY_LOSSES[self.loss_type].params}
+        optional = {f.name for f in fields(self) if f.default is None}
+        for name in sorted({p.name for e in POLICY_LOSSES.values() for p in e.params}):
+            # A clip of another loss's, set here, would be silently unused.
+            value = getattr(self, name)
+            if name in optional and value is not None and name not in takes:
+                users = [e.name for e in POLICY_LOSSES.values() if e.param(name)]
+                raise ConfigError(
+                    f"setting {name!r} is set ({value}) but loss_type {self.loss_type!r} does "
+                    f"not use it; it applies to {users}"
+                )
+        if self.estimator is None:  # use_std_normalization false, and nothing to drop
+            raise ConfigError(
+                "setting 'use_std_normalization' is false but applies only to the estimators "
+                "with a std-free version ("
+                + ", ".join(f"{e.name}: {e.without_std}" for e in _with_std())
+                + f"), not {self.advantage_estimator!r}"
+            )
+        if self.length_normalization == "token_mean" and self.normalize_constant is not None:
+            raise ConfigError(
+                "setting 'normalize_constant' is set but length_normalization token_mean "
+                "counts the train batch's tokens instead; leave it null"
+            )
+        checks.check_non_negative(self, "dynamic_sampling_max_rounds")
+        if self.overlong_cache_tokens is not None:
+            if self.overlong != "soft_penalty":
+                raise ConfigError(
+                    "setting 'overlong_cache_tokens' is set but applies only to overlong: "
+                    f"soft_penalty, not {self.overlong!r}"
+                )
+            if not 0 < self.overlong_cache_tokens <= self.sampling_max_tokens:
+                raise ConfigError(
+                    "setting 'overlong_cache_tokens' must lie in [1, sampling_max_tokens "
+                    f"({self.sampling_max_tokens})], got {self.overlong_cache_tokens}"
+                )
+        if self.train_examples is not None and self.train_examples < 1:
+            raise ConfigError(
+                f"setting 'train_examples' must be >= 1 (or null), got {self.train_examples}"
+            )
+
+    # Derived sizes (the handout's sanity-checked quantities).
+    @property
+    def micro_batch_size(self) -> int:
+        return self.train_batch_size // self.gradient_accumulation_steps
+
+    @property
+    def n_prompts_per_rollout_batch(self) -> int:
+        return self.rollout_batch_size // self.group_size
+
+    @property
+    def steps_per_rollout_batch(self) -> int:
+        return self.epochs_per_rollout_batch * (self.rollout_batch_size // self.train_batch_size)
+
+    @property
+    def needs_old_log_probs(self) -> bool:
+        """Whether the loss has a ratio to the sampling policy (its registry entry says)."""
+        return POLICY_LOSSES[self.loss_type].needs_old_log_probs
+
+    @property
+    def estimator(self) -> str | None:
+        """The advantage estimator used: ``advantage_estimator``, or the version of it
+        without the std when ``use_std_normalization`` is false (None where it has none)."""
+        try:
+            entry = ADVANTAGE_ESTIMATORS[self.advantage_estimator]
+        except ValueError as exc:
+            raise ConfigError(f"setting 'advantage_estimator': {exc}") from None
+        return entry.name if self.use_std_normalization else entry.without_std
+
+    @property
+    def scores_old_log_probs(self) -> bool:
+        """Whether each rollout batch gets the no-gradient pass of the sampling policy: for the
+        ratio losses, and for TIS when a rollout batch takes more than one optimizer step (the
+        later steps' forward is no longer the sampling policy's)."""
+        tis = self.rollout_correction == "tis" and self.steps_per_rollout_batch > 1
+        return self.needs_old_log_probs or tis
+
+    @property
+    def tis(self) -> float | None:
+        """TIS's cap when rollout_correction is tis, else None."""
+        return self.tis_cap if self.rollout_correction == "tis" else None
+
+    @property
+    def overlong_cache(self) -> int:
+        """soft_penalty's ramp in tokens: ``overlong_cache_tokens``, else a fifth of
+        ``sampling_max_tokens`` (at least 1)."""
+        if self.overlong_cache_tokens is not None:
+            return self.overlong_cache_tokens
+        return max(1, self.sampling_max_tokens // 5)
+
+    @property
+    def loss(self) -> LossSettings:
+        """The objective's settings (:class:`reasoning_core.LossSettings`, validated there);
+        ``masked_normalize`` divides by ``normalize_constant``, by default the sampling
+        ``max_tokens``; ``token_mean``'s constant is counted per train batch
+        (:func:`~reasoning_core.runtime.training.updates.grpo_update`)."""
+        try:
+            settings = LossSettings.of(self)
+            if self.length_normalization == "token_mean":
+                return settings
+            return settings.with_constant(
+                self.normalize_constant or float(self.sampling_max_tokens)
+            )
+        except ValueError as exc:
+            raise ConfigError(f"settings of loss_type {self.loss_type!r}: {exc}") from None
+
+
+def _with_std() -> list:
+    return [e for e in ADVANTAGE_ESTIMATORS.values() if e.without_std is not None]
+
+
+def loss_choices() -> dict[str, str]:
+    """Each registered loss in words: formula, paper, settings with defaults and bounds."""
+    out = {}
+    for e in POLICY_LOSSES.values():
+        params = "; takes " + ", ".join(p.describe() for p in e.params) if e.params else ""
+        out[e.name] = f"{e.formula} ({e.paper}{params})"
+    return out
