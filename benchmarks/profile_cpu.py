@@ -20,8 +20,9 @@ Parts (``--parts``, both by default):
   its ratio to the floor is larger than on a quiet one.
 * ``decode``: the static engine's new tokens per second on the evaluation's sampling (the
   ``--examples`` test prompts, n=1, temperature 1, up to 48 new tokens, ``</answer>`` stops;
-  with and without the prefill's seconds) and on GRPO rollout batches (the same prompts,
-  ``rows / 8`` per call in groups of 8 samples, at least 4 tokens each) at ``--rows`` rows, this tree against ``--base`` (a commit, exported with ``git archive`` and
+  with and without the prefill's seconds) and on four GRPO rollout batches (the first
+  ``4 * rows / 8`` prompts, ``rows / 8`` per call in groups of 8 samples, at least 4 tokens
+  each) at ``--rows`` rows, this tree against ``--base`` (a commit, exported with ``git archive`` and
   put first on ``PYTHONPATH``; ``--head`` does the same for another commit), in alternating
   subprocesses (``--rounds`` pairs; the machine is shared, so a ratio is only taken within a
   pair). Each subprocess also decodes 64 prompts
@@ -328,7 +329,8 @@ def decode_worker(model: str, rows: int, examples: int, rounds: int) -> dict[str
     params = SamplingParams(n=1, seed=0, temperature=1.0, **common)
     # the study's GRPO rollout batch: prompts in groups of 8 samples, at least 4 tokens each
     group = SamplingParams(n=8, seed=0, temperature=1.0, min_tokens=4, **common)
-    batches = [prompts[i : i + rows // 8] for i in range(0, len(prompts), rows // 8)]
+    per_call = max(1, rows // 8)
+    batches = [prompts[i : i + per_call] for i in range(0, 4 * per_call, per_call)][:4]
     engine.generate(prompts[:rows], params)
     rates, decode, grpo = [], [], []
     for _ in range(rounds):
