@@ -19,12 +19,15 @@ Parts (``--parts``, both by default):
   inside any phase. On a loaded machine a phase's seconds include the waits for the core, so
   its ratio to the floor is larger than on a quiet one.
 * ``decode``: the static engine's new tokens per second on the evaluation's sampling (the
-  ``--examples`` test prompts, n=1, temperature 1, up to 48 new tokens, ``</answer>`` stops)
-  at ``--rows`` rows, this tree against ``--base`` (a commit, exported with ``git archive`` and
+  ``--examples`` test prompts, n=1, temperature 1, up to 48 new tokens, ``</answer>`` stops;
+  with and without the prefill's seconds) and on four GRPO rollout batches (the first
+  ``4 * rows / 8`` prompts, ``rows / 8`` per call in groups of 8 samples, at least 4 tokens
+  each) at ``--rows`` rows, this tree against ``--base`` (a commit, exported with ``git archive`` and
   put first on ``PYTHONPATH``; ``--head`` does the same for another commit), in alternating
   subprocesses (``--rounds`` pairs; the machine is shared, so a ratio is only taken within a
   pair). Each subprocess also decodes 64 prompts
-  greedily; their token ids must match the base's.
+  greedily; the prompts whose token ids match the base's are counted, and their log-probs
+  compared.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/profile_cpu.py | tee benchmarks/profile_cpu.txt
 
@@ -307,8 +310,9 @@ def profile_part(args: argparse.Namespace, model: Path, out: Path) -> None:
 
 
 def decode_worker(model: str, rows: int, examples: int, rounds: int) -> dict[str, Any]:
-    """New tokens/s of the static engine on the evaluation's sampling (best of ``rounds``
-    after a warm-up call), and a digest of 64 greedy completions' token ids."""
+    """New tokens/s of the static engine on the evaluation's sampling and on GRPO rollout
+    batches (best of ``rounds`` after a warm-up call), and 64 greedy completions' token ids
+    (a digest) and log-probs."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import envs
@@ -323,8 +327,12 @@ def decode_worker(model: str, rows: int, examples: int, rounds: int) -> dict[str
     engine = make_engine("static", policy, tokenizer, max_batch_size=rows)
     common = dict(top_p=1.0, max_tokens=48, stop=["</answer>"])
     params = SamplingParams(n=1, seed=0, temperature=1.0, **common)
+    # the study's GRPO rollout batch: prompts in groups of 8 samples, at least 4 tokens each
+    group = SamplingParams(n=8, seed=0, temperature=1.0, min_tokens=4, **common)
+    per_call = max(1, rows // 8)
+    batches = [prompts[i : i + per_call] for i in range(0, 4 * per_call, per_call)][:4]
     engine.generate(prompts[:rows], params)
-    rates, decode = [], []
+    rates, decode, grpo = [], [], []
     for _ in range(rounds):
         prefill = engine.stats["prefill_seconds"]
         t0 = time.perf_counter()
@@ -333,13 +341,21 @@ def decode_worker(model: str, rows: int, examples: int, rounds: int) -> dict[str
         tokens = sum(len(c.token_ids) for cs in out for c in cs)
         rates.append(tokens / seconds)
         decode.append(tokens / (seconds - engine.stats["prefill_seconds"] + prefill))
+        t0, grpo_tokens = time.perf_counter(), 0
+        for i, batch in enumerate(batches):
+            out = engine.generate(batch, group.replace(seed=i))
+            grpo_tokens += sum(len(c.token_ids) for cs in out for c in cs)
+        grpo.append(grpo_tokens / (time.perf_counter() - t0))
     greedy = engine.generate(prompts[:64], SamplingParams(n=1, seed=0, temperature=0.0, **common))
     ids = json.dumps([c.token_ids for cs in greedy for c in cs])
     return {
         "tokens_per_s": max(rates),
         "decode_tokens_per_s": max(decode),
+        "grpo_tokens_per_s": max(grpo),
         "tokens": tokens,
         "greedy_digest": hashlib.sha256(ids.encode()).hexdigest()[:16],
+        "greedy_ids": [c.token_ids for cs in greedy for c in cs],
+        "greedy_logprobs": [c.logprobs for cs in greedy for c in cs],
     }
 
 
@@ -362,9 +378,14 @@ def decode_part(args: argparse.Namespace, model: Path, out: Path) -> None:
     trees = {"base": base, "head": head}
     name = "this tree" if args.head is None else args.head
     print(f"\ndecode at {args.rows} rows: {name} (head) against {args.base} (base), new tokens/s")
-    ratios: dict[int, list[float]] = {r: [] for r in args.rows}
-    decode_ratios: dict[int, list[float]] = {r: [] for r in args.rows}
+    keys = {
+        "evaluation": "tokens_per_s",
+        "without prefill": "decode_tokens_per_s",
+        "GRPO batches": "grpo_tokens_per_s",
+    }
+    ratios: dict[tuple[int, str], list[float]] = {(r, k): [] for r in args.rows for k in keys}
     digests: dict[str, set[str]] = {"base": set(), "head": set()}
+    greedy: dict[str, dict[str, Any]] = {}
     for pair in range(args.rounds):
         for rows in args.rows:
             got: dict[str, dict[str, Any]] = {}
@@ -379,27 +400,41 @@ def decode_part(args: argparse.Namespace, model: Path, out: Path) -> None:
                     str(rows),
                     str(args.examples),
                 ]
+                cmd += ["--tiny"] if args.tiny else []
                 run = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
                 got[name] = json.loads(run.stdout.strip().splitlines()[-1])
                 digests[name].add(got[name]["greedy_digest"])
-            ratio = got["head"]["tokens_per_s"] / got["base"]["tokens_per_s"]
-            decode_ratio = got["head"]["decode_tokens_per_s"] / got["base"]["decode_tokens_per_s"]
-            ratios[rows].append(ratio)
-            decode_ratios[rows].append(decode_ratio)
-            print(
-                f"pair {pair} rows {rows}: base {got['base']['tokens_per_s']:7.0f} head "
-                f"{got['head']['tokens_per_s']:7.0f} tokens/s, ratio head/base {ratio:.2f} "
-                f"(without prefill: base {got['base']['decode_tokens_per_s']:7.0f} head "
-                f"{got['head']['decode_tokens_per_s']:7.0f}, ratio {decode_ratio:.2f})",
-                flush=True,
-            )
+                greedy[name] = got[name]
+            parts = []
+            for label, key in keys.items():
+                ratio = got["head"][key] / got["base"][key]
+                ratios[(rows, label)].append(ratio)
+                parts.append(
+                    f"{label}: base {got['base'][key]:6.0f} head {got['head'][key]:6.0f} "
+                    f"ratio {ratio:.2f}"
+                )
+            print(f"pair {pair} rows {rows}: " + "; ".join(parts), flush=True)
     for rows in args.rows:
-        print(
-            f"rows {rows}: median ratio head/base {statistics.median(ratios[rows]):.2f} "
-            f"(without prefill {statistics.median(decode_ratios[rows]):.2f})"
+        medians = ", ".join(
+            f"{label} {statistics.median(ratios[(rows, label)]):.2f}" for label in keys
         )
+        print(f"rows {rows}: median ratio head/base over {args.rounds} pairs: {medians}")
     same = digests["base"] == digests["head"] and len(digests["head"]) == 1
     print(f"greedy token ids of 64 prompts identical to the base's: {same}")
+    pairs = list(zip(greedy["base"]["greedy_ids"], greedy["head"]["greedy_ids"], strict=True))
+    equal = sum(a == b for a, b in pairs)
+    diffs = [
+        abs(x - y)
+        for (a, b), la, lb in zip(
+            pairs, greedy["base"]["greedy_logprobs"], greedy["head"]["greedy_logprobs"], strict=True
+        )
+        if a == b
+        for x, y in zip(la, lb, strict=True)
+    ]
+    print(
+        f"greedy: {equal} of {len(pairs)} prompts' token ids equal; their log-probs differ by at "
+        f"most {max(diffs, default=0.0):.2e}"
+    )
 
 
 # The tiny mode's GRPO: one step of 8 rollouts in groups of 4, 8 new tokens.

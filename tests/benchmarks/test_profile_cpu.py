@@ -63,6 +63,8 @@ def test_decode_part_pairs_two_trees(tmp_path, capsys):
     argv = ["--tiny", "--parts", "decode", "--out", str(tmp_path), "--head", "c5a3f4f"]
     assert profile_cpu().main(argv) == 0
     out = capsys.readouterr().out
-    assert re.search(r"rows 128: median ratio head/base \d+\.\d\d \(without prefill", out), out
-    # the same commit on both sides: the same greedy token ids
+    medians = r"evaluation \d+\.\d\d, without prefill \d+\.\d\d, GRPO batches \d+\.\d\d"
+    assert re.search(r"rows 128: median ratio head/base over 1 pairs: " + medians, out), out
+    # the same commit on both sides: the same greedy token ids and log-probs
     assert "greedy token ids of 64 prompts identical to the base's: True" in out
+    assert re.search(r"greedy: (\d+) of \1 prompts' token ids equal; .* at most 0\.00e\+00", out)

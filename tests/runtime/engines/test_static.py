@@ -78,9 +78,11 @@ def test_greedy_equals_hf_engine(model, tokenizer, hf, options):
         assert ours.stats["refills"] > 0
 
 
-def test_finished_rows_are_compacted_and_outputs_unchanged(model, tokenizer, hf):
+@pytest.mark.parametrize("row_step", [None, 1, 10**6])
+def test_finished_rows_are_compacted_and_outputs_unchanged(model, tokenizer, hf, row_step):
     """A stop string ends the rows at different steps; once no prompt waits, the live rows move
-    into smaller row buckets (keys/values and state copied), which must not change them."""
+    into smaller row buckets (keys/values and state copied), which must not change them: at
+    every row count (``row_step=1``), the default buckets, and powers of two only."""
     full = hf.generate(ALL_PROMPTS, GREEDY.replace(max_tokens=40))
     last = full[-1][0].text
     # for each other prompt, a character of its greedy text that the last prompt's lacks: those
@@ -90,7 +92,7 @@ def test_finished_rows_are_compacted_and_outputs_unchanged(model, tokenizer, hf)
         for c in full[:-1]
     ]
     params = GREEDY.replace(n=2, max_tokens=40, stop=stops)
-    ours = make_engine("static", model, tokenizer)
+    ours = make_engine("static", model, tokenizer, row_step=row_step)
     theirs = hf.generate(ALL_PROMPTS, params)
     assert [c[0].finish_reason for c in theirs] == ["stop", "stop", "stop", "length"]
     assert_same(ours.generate(ALL_PROMPTS, params), theirs)
@@ -108,10 +110,11 @@ def test_logprobs_equal_policy_logprobs(engine, model, tokenizer):
             torch.testing.assert_close(torch.tensor(c.logprobs), ref, atol=1e-4, rtol=0)
 
 
-def test_sampled_rows_with_refills_and_compaction_keep_policy_logprobs(model, tokenizer):
+@pytest.mark.parametrize("row_step", [None, 1])
+def test_sampled_rows_with_refills_and_compaction_keep_policy_logprobs(model, tokenizer, row_step):
     """Rows stopped by stop strings at random steps are refilled, then compacted; a row whose
     cache was mixed up with another's would show other log-probs than the policy's."""
-    engine = make_engine("static", model, tokenizer, max_batch_size=8)
+    engine = make_engine("static", model, tokenizer, max_batch_size=8, row_step=row_step)
     params = SamplingParams(n=4, max_tokens=30, stop=["e", "5"], seed=3)
     out = engine.generate(ALL_PROMPTS, params)
     assert engine.stats["refills"] > 0 and engine.stats["compactions"] > 0
@@ -282,6 +285,8 @@ def test_unsupported_model_and_settings_are_named(tokenizer, model):
         make_engine("static", model, tokenizer, cuda_graphs=True)
     with pytest.raises(ValueError, match="max_batch_size"):
         make_engine("static", model, tokenizer, max_batch_size=0)
+    with pytest.raises(ValueError, match="row_step"):
+        make_engine("static", model, tokenizer, row_step=0)
 
 
 @settings(max_examples=8, deadline=None)
@@ -375,6 +380,9 @@ def test_device_sampling_log_prob_renormalizes_without_eos_below_min_tokens():
 def test_row_buckets_and_cache_size(model):
     assert row_buckets(256) == [1, 2, 4, 8, 16, 32, 64, 128, 256]
     assert row_buckets(100) == [1, 2, 4, 8, 16, 32, 64, 100]
+    # eager steps: every multiple of the step too (none at or above the capacity)
+    assert row_buckets(100, 24) == [1, 2, 4, 8, 16, 24, 32, 48, 64, 72, 96, 100]
+    assert row_buckets(8, 8) == row_buckets(8) == [1, 2, 4, 8]
     from transformers import Qwen2Config
 
     config = Qwen2Config(

@@ -28,7 +28,10 @@ call with no copy) through a decode loop written for fixed shapes:
   until one of two things reclaims it: while prompts wait, free rows are *refilled* (prefilled
   with the next prompt-samples) once at least ``rows / 8`` are free, or every waiting one fits;
   once none wait, the live rows are *compacted* into the first rows whenever they fit a smaller
-  row bucket (powers of two), and the smaller (captured) step runs from then on.
+  row bucket, and the smaller step runs from then on. Buckets are the powers of two (one
+  captured graph each) and, for eager steps, every multiple of ``row_step`` (8): a GRPO batch
+  of 16 x 8 rollouts on the tiny world then spends 96% of its decode row-steps on live rows
+  instead of 67%.
 - **Sampling on the device**, with the semantics of :mod:`reasoning_core.runtime.engines.rollout` and
   the HF engine's ``sample_tokens``: greedy at ``temperature=0``; otherwise
   ``softmax(logits / T)`` restricted to the smallest top-p prefix, drawn by inverting its

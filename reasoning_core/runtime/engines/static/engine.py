@@ -45,6 +45,9 @@ class StaticEngine(DeviceMixin, TextMixin):
         span_step: attention spans are rounded up to a multiple of this (default 256 with CUDA
             graphs, to bound the number of graphs; 1 otherwise: attend to exactly what is used).
         prefill_tokens: most padded prompt tokens in one prefill forward.
+        row_step: once no prompt waits, the live rows are compacted into the smallest row
+            bucket that holds them: powers of two, and every multiple of ``row_step`` (default
+            8 for eager steps; None, powers of two only, with CUDA graphs, one graph per size).
     """
 
     def __init__(
@@ -59,6 +62,7 @@ class StaticEngine(DeviceMixin, TextMixin):
         compile: bool = False,
         span_step: int | None = None,
         prefill_tokens: int = 32768,
+        row_step: int | None = None,
     ) -> None:
         model, tokenizer = model_and_tokenizer(model, tokenizer, dtype, engine="StaticEngine")
         check_supported(model)
@@ -78,6 +82,11 @@ class StaticEngine(DeviceMixin, TextMixin):
         if span_step < 1:
             raise ValueError(f"engine_kwargs.span_step must be >= 1, got {span_step}")
         self.span_step = span_step
+        if row_step is not None and row_step < 1:
+            raise ValueError(f"engine_kwargs.row_step must be >= 1, got {row_step}")
+        if row_step is None and not self.cuda_graphs:
+            row_step = 8
+        self.row_step = row_step
         if max_batch_size is None:
             max_batch_size = 256 if on_cuda else 64
         if max_batch_size < 1:
@@ -192,7 +201,7 @@ class StaticEngine(DeviceMixin, TextMixin):
         self._stop_shape = (max(map(len, stops), default=0), all(s.isascii() for s in stops))
         samples = [_Sample() for _ in range(len(encoded) * n)]
         pending = deque(range(len(samples)))
-        buckets = row_buckets(cache.rows)
+        buckets = row_buckets(cache.rows, self.row_step)
         b = _smallest_at_least(min(len(samples), cache.rows), buckets)
         owner: list[int | None] = [None] * b  # the sample each row decodes
         row_of: dict[int, int] = {}

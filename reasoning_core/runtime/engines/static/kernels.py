@@ -18,12 +18,16 @@ def _round_up(x: int, q: int) -> int:
     return -(-x // q) * q
 
 
-def row_buckets(capacity: int) -> list[int]:
-    """The row counts a decode step runs at: powers of two below ``capacity``, and it."""
+def row_buckets(capacity: int, step: int | None = None) -> list[int]:
+    """The row counts a decode step runs at: powers of two below ``capacity``, and it; with
+    ``step``, also every multiple of ``step`` below it (finer sizes for eager steps, which need
+    no captured graph per size, so finished rows stop costing sooner)."""
     sizes, b = {capacity}, 1
     while b < capacity:
         sizes.add(b)
         b *= 2
+    if step is not None:
+        sizes.update(range(step, capacity, step))
     return sorted(sizes)
 
 
