@@ -29,9 +29,9 @@ call with no copy) through a decode loop written for fixed shapes:
   with the next prompt-samples) once at least ``rows / 8`` are free, or every waiting one fits;
   once none wait, the live rows are *compacted* into the first rows whenever they fit a smaller
   row bucket, and the smaller step runs from then on. Buckets are the powers of two (one
-  captured graph each) and, for eager steps, every multiple of ``row_step`` (8): a GRPO batch
-  of 16 x 8 rollouts on the tiny world then spends 96% of its decode row-steps on live rows
-  instead of 67%.
+  captured graph each) and, for eager steps with ``engine_kwargs.row_step`` set, every multiple
+  of it: with 8, a GRPO batch of 16 x 8 rollouts on the tiny world spends 96% of its decode
+  row-steps on live rows instead of 67%.
 - **Sampling on the device**, with the semantics of :mod:`reasoning_core.runtime.engines.rollout` and
   the HF engine's ``sample_tokens``: greedy at ``temperature=0``; otherwise
   ``softmax(logits / T)`` restricted to the smallest top-p prefix, drawn by inverting its

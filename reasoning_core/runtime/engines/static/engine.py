@@ -46,8 +46,11 @@ class StaticEngine(DeviceMixin, TextMixin):
             graphs, to bound the number of graphs; 1 otherwise: attend to exactly what is used).
         prefill_tokens: most padded prompt tokens in one prefill forward.
         row_step: once no prompt waits, the live rows are compacted into the smallest row
-            bucket that holds them: powers of two, and every multiple of ``row_step`` (default
-            8 for eager steps; None, powers of two only, with CUDA graphs, one graph per size).
+            bucket that holds them: powers of two, and with ``row_step`` every multiple of it
+            too (eager steps only: with CUDA graphs each size is a captured graph). Default
+            None, powers of two only: finer buckets change which uniforms a row draws after a
+            compaction, so sampled runs would no longer repeat the committed studies; 8 gave
+            GRPO rollout batches 1.08x the tokens/s on the tiny world, whole runs about 1.05x.
     """
 
     def __init__(
@@ -84,8 +87,8 @@ class StaticEngine(DeviceMixin, TextMixin):
         self.span_step = span_step
         if row_step is not None and row_step < 1:
             raise ValueError(f"engine_kwargs.row_step must be >= 1, got {row_step}")
-        if row_step is None and not self.cuda_graphs:
-            row_step = 8
+        if row_step is not None and self.cuda_graphs:
+            raise ValueError("engine_kwargs.row_step is for eager steps; it needs cuda_graphs off")
         self.row_step = row_step
         if max_batch_size is None:
             max_batch_size = 256 if on_cuda else 64
