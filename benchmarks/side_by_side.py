@@ -530,6 +530,97 @@ def run_engines(model_dir: str, rows: int, tokens: int, rounds: int, kinds: list
     return {"rates": rates, "errors": errors, "rows": rows, "tokens": tokens}
 
 
+def run_rollout_shape(
+    model_dir: str,
+    prompts_n: int,
+    group: int,
+    tokens: int,
+    min_tokens: int,
+    stop: list[str],
+    rounds: int,
+) -> dict:
+    """One GRPO rollout batch as each trainer samples it, seconds per batch: our engines with
+    ``prompts_n`` prompts and ``n = group`` (a prompt prefilled once for its samples, finished
+    rows dropped), and ``model.generate`` as TRL calls it (each prompt repeated ``group``
+    times, stop strings, every row decoded until the last one stops)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from reasoning_core.runtime.engines import make_engine
+    from reasoning_core.runtime.engines.rollout import SamplingParams
+
+    torch.set_num_threads(1)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    prompts = engine_prompts(prompts_n)
+    engines = {
+        k: make_engine(k, model, tokenizer, max_batch_size=prompts_n * group)
+        for k in ("hf", "static")
+    }
+    repeated = [p for p in prompts for _ in range(group)]
+    enc = tokenizer(repeated, return_tensors="pt", padding=True)
+    seconds: dict[str, list[float]] = {"generate": [], "hf": [], "static": []}
+    lengths: dict[str, list[float]] = {k: [] for k in seconds}
+    for r in range(rounds + 1):  # the first round warms up and is dropped
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(
+                **enc,
+                do_sample=True,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=0,
+                max_new_tokens=tokens,
+                min_new_tokens=min_tokens,
+                stop_strings=stop,
+                tokenizer=tokenizer,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        took = {"generate": time.perf_counter() - t0}
+        new = out[:, enc["input_ids"].shape[1] :]
+        lens = {"generate": float((new != tokenizer.pad_token_id).sum()) / len(new)}
+        params = SamplingParams(
+            n=group, temperature=1.0, max_tokens=tokens, min_tokens=min_tokens, stop=stop, seed=r
+        )
+        for kind, engine in engines.items():
+            t0 = time.perf_counter()
+            got = engine.generate(prompts, params)
+            took[kind] = time.perf_counter() - t0
+            rows = [c for cs in got for c in cs]
+            lens[kind] = sum(len(c.token_ids) for c in rows) / len(rows)
+        if r:
+            for kind in seconds:
+                seconds[kind].append(took[kind])
+                lengths[kind].append(lens[kind])
+    return {
+        "seconds": seconds,
+        "lengths": lengths,
+        "prompts": prompts_n,
+        "group": group,
+        "tokens": tokens,
+    }
+
+
+def rollout_report(result: dict) -> list[str]:
+    """The rollout-shape part's lines: median seconds per batch, ratio of ``generate``'s
+    seconds to each (median of the rounds' ratios), mean response tokens."""
+    base = result["seconds"]["generate"]
+    lines = [
+        f"## one GRPO rollout batch as each trainer samples it: {result['prompts']} prompts x "
+        f"{result['group']}, at most {result['tokens']} new tokens, stop string, temperature 1, "
+        f"{len(base)} rounds; seconds per batch (median), speed-up over HF generate"
+    ]
+    for kind, got in result["seconds"].items():
+        ratio = statistics.median(b / a for a, b in zip(got, base, strict=True))
+        tokens = statistics.mean(result["lengths"][kind])
+        lines.append(
+            f"  {kind}: {statistics.median(got):.3f} s ({ratio:.2f}x), "
+            f"mean response {tokens:.1f} tokens"
+        )
+    return lines
+
+
 def smollm2_folder(cache: Path) -> Path:
     """SmolLM2-135M-Instruct as a model folder, imported once by ``rrl import-gguf``."""
     folder = cache / "smollm2-135m"
@@ -592,6 +683,25 @@ def training_report(
         tokens = statistics.mean(s["response_tokens"] for s in steps)
         reward = statistics.mean(s["reward"] for s in steps)
         lines.append(f"  {side}: {parts}; mean response {tokens:.1f} tokens, reward {reward:.3f}")
+    return lines
+
+
+def profile_report(results: dict[str, dict], work: Work) -> list[str]:
+    """The profile part's lines: each side's operators by self CPU time (the whole run, set-up
+    and warm-up step included, under the profiler's own overhead) and its timed steps."""
+    lines = [
+        f"## profile: one run per side of {work.steps} GRPO steps under the torch profiler "
+        "(the whole run, set-up and first step included), operators by self CPU seconds"
+    ]
+    for side, result in results.items():
+        wall = sum(s["wall"] for s in result["steps"])
+        lines.append(
+            f"  {side}: {result['profile_total']:.1f} s in operators in all; the "
+            f"{len(result['steps'])} timed steps {wall:.1f} s of wall"
+        )
+        lines += [
+            f"    {name} {sec:.2f} s ({count} calls)" for name, sec, count in result["profile"]
+        ]
     return lines
 
 
@@ -675,7 +785,20 @@ def run_worker(kind: str, spec: dict, out: Path) -> dict:
             }
         )
         fn = run_ours if kind == "ours" else run_trl
-        return fn(work, spec["study"], out)
+        if not spec.get("profile"):
+            return fn(work, spec["study"], out)
+        import torch
+
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            result = fn(work, spec["study"], out)
+        events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+        result["profile"] = [
+            (e.key, e.self_cpu_time_total / 1e6, e.count) for e in events[: spec["profile"]]
+        ]
+        result["profile_total"] = sum(e.self_cpu_time_total for e in events) / 1e6
+        return result
+    if kind == "rollout":
+        return run_rollout_shape(**spec)
     return run_engines(spec["model"], spec["rows"], spec["tokens"], spec["rounds"], spec["kinds"])
 
 
@@ -686,12 +809,17 @@ def main(argv: list[str] | None = None) -> int:
         "--parts",
         nargs="+",
         default=["training", "engines", "smollm2"],
-        choices=["training", "engines", "smollm2"],
+        choices=["training", "engines", "smollm2", "rollout", "profile"],
+        help="rollout and profile are not run by default: one GRPO rollout batch sampled as "
+        "each trainer samples it; one run of each training side under the torch profiler, its "
+        "operators by self CPU time",
     )
     ap.add_argument("--model", default=str(TINY_WORLD))
     ap.add_argument("--study-config", default=str(STUDY_CONFIG))
     ap.add_argument("--steps", type=int, default=7, help="GRPO steps per run (first untimed)")
     ap.add_argument("--pairs", type=int, default=3, help="rounds of one run per side in turn")
+    ap.add_argument("--profile-steps", type=int, default=3, help="GRPO steps, profile part")
+    ap.add_argument("--top-ops", type=int, default=12, help="operators listed, profile part")
     ap.add_argument("--rows", type=int, default=128, help="engine rows, tiny world")
     ap.add_argument("--tokens", type=int, default=48, help="new tokens per row, tiny world")
     ap.add_argument("--rounds", type=int, default=3, help="engine rounds")
@@ -742,6 +870,32 @@ def main(argv: list[str] | None = None) -> int:
                 rate = median_steps_per_second(runs[side][-1]["steps"])
                 print(f"  round {i + 1}, {side}: {rate:.3f} steps/s", flush=True)
         say(training_report(rows, runs, work))
+    if "rollout" in args.parts:
+        study = yaml.safe_load(Path(args.study_config).read_text())
+        work = study_work(study, args.model, args.steps)
+        spec = {
+            "model_dir": args.model,
+            "prompts_n": work.prompts_per_step,
+            "group": work.group_size,
+            "tokens": work.max_new_tokens,
+            "min_tokens": work.min_new_tokens,
+            "stop": list(work.stop),
+            "rounds": args.rounds,
+        }
+        say(rollout_report(worker("rollout", spec, scratch / "rollout")))
+    if "profile" in args.parts:
+        study = yaml.safe_load(Path(args.study_config).read_text())
+        work = study_work(study, args.model, args.profile_steps)
+        payload = {"work": dataclasses.asdict(work), "study": study, "profile": args.top_ops}
+        say(
+            profile_report(
+                {
+                    side: worker(kind, payload, scratch / f"profile-{kind}")
+                    for side, kind in (("ours", "ours"), ("TRL", "trl"))
+                },
+                work,
+            )
+        )
     kinds = ["hf", "static", "vllm"]
     if "engines" in args.parts:
         spec = {

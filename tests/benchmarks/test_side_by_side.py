@@ -140,3 +140,29 @@ def test_reports_take_medians_of_the_pairs_ratios():
     text = "\n".join(mod.engines_report("toy", engines, 2))
     assert "temperature 1: generate 150 (1.00x); static 400 (2.75x)" in text
     assert "vllm did not run: RuntimeError: no CPU backend" in text
+
+
+def test_profile_report_lists_each_sides_operators():
+    mod = sbs()
+    work = mod.study_work(study(), str(TINY), 3)
+    step = dict(wall=2.0, generation=1.0, grading=0.0, training=1.0, other=0.0)
+    results = {
+        side: {"steps": [step, step], "profile_total": 9.5, "profile": [("aten::mm", 3.25, 120)]}
+        for side in ("ours", "TRL")
+    }
+    text = "\n".join(mod.profile_report(results, work))
+    assert text.count("aten::mm 3.25 s (120 calls)") == 2
+    assert "  TRL: 9.5 s in operators in all; the 2 timed steps 4.0 s of wall" in text
+
+
+def test_rollout_shape_times_each_sampler_on_the_same_batch():
+    mod = sbs()
+    result = mod.run_rollout_shape(
+        str(TINY), prompts_n=2, group=2, tokens=6, min_tokens=1, stop=["</answer>"], rounds=1
+    )
+    assert set(result["seconds"]) == {"generate", "hf", "static"}
+    for kind, got in result["seconds"].items():
+        assert len(got) == 1 and got[0] > 0
+        assert 1 <= result["lengths"][kind][0] <= 6
+    text = "\n".join(mod.rollout_report(result))
+    assert "  generate: " in text and "(1.00x)" in text
