@@ -21,6 +21,9 @@ if grep -q '\.venv/' "$script" || ! grep -q "cd \"$ROOT\"" "$script"; then
   exit 1
 fi
 bash "$script"
+# Keep the folder out of git and of the linters, which read .gitignore files (as python -m venv
+# does itself from Python 3.13 on).
+echo '*' >"$VENV/.gitignore"
 "$VENV/bin/python" -m pip freeze | grep -iE '^(torch|transformers)==' >"$constraints"
 "$VENV/bin/python" -m pip install -q -c "$constraints" "trl==$TRL_VERSION"
 "$VENV/bin/python" - <<'PY'
