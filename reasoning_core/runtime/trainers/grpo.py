@@ -48,6 +48,11 @@ from reasoning_core.runtime.trainers.lifecycle import (
 )
 from reasoning_core.runtime.training.batching import MicroBatchSize, check_packable, tokenize_pairs
 from reasoning_core.runtime.training.engine_check import RolloutCheck
+from reasoning_core.runtime.training.offpolicy import (
+    PolicyVersions,
+    correct_rollouts,
+    staleness_metrics,
+)
 from reasoning_core.runtime.training.policy import load_policy
 from reasoning_core.runtime.training.rollouts import (
     RolloutBatch,
@@ -110,10 +115,11 @@ def trained_rewards(
 
 
 def sample_rollout_batch(
-    cfg: GRPOConfig, t, rollouts: Rollouts, step: int
+    cfg: GRPOConfig, t, rollouts: Rollouts, step: int, sampler
 ) -> tuple[RolloutBatch, torch.Tensor, RolloutBatch, dict[str, float]] | None:
     """Step ``step``'s rollout batch: ``(batch, rewards to train on, the first round's batch,
-    metrics)``.
+    metrics)``, sampled by the engine synced from ``sampler`` (the policy, or with
+    ``rollout_lag`` an older version of its weights).
 
     Without ``dynamic_sampling``: one round, the batch is the first round. With it, DAPO's
     dynamic sampling (:func:`reasoning_core.dynamic_sampling_keep`): groups whose trained
@@ -124,7 +130,7 @@ def sample_rollout_batch(
     group. Logs ``dynamic_sampling/rounds`` (extra rounds), ``dynamic_sampling/kept`` (the
     share of the first round's groups kept) and ``dynamic_sampling/repeated``."""
     count = cfg.n_prompts_per_rollout_batch
-    first = sample_and_grade(t.engine, t.model, rollouts, step=step, count=count)
+    first = sample_and_grade(t.engine, sampler, rollouts, step=step, count=count)
     rewards, stats = trained_rewards(cfg, first, step, 0)
     if not cfg.dynamic_sampling:
         return first, rewards, first, stats
@@ -133,7 +139,7 @@ def sample_rollout_batch(
     rounds = 0
     while len(kept) < count and rounds < cfg.dynamic_sampling_max_rounds:
         rounds += 1
-        more = sample_and_grade(t.engine, t.model, rollouts, step=step, count=count, round_=rounds)
+        more = sample_and_grade(t.engine, sampler, rollouts, step=step, count=count, round_=rounds)
         more_rewards, _ = trained_rewards(cfg, more, step, rounds)
         more_keep = dynamic_sampling_keep(more_rewards, cfg.group_size)
         kept += [(more, more_rewards, int(g)) for g in more_keep.nonzero().flatten()]
@@ -184,19 +190,25 @@ def train(cfg: GRPOConfig, out: str) -> dict:
     reference = load_reference(cfg) if cfg.kl_coef > 0 else None
 
     check = RolloutCheck(warn_threshold=cfg.logprob_diff_warn, method="grpo", tis_cap=cfg.tis)
+    # With rollout_lag L, step k samples with the weights of step k - L (lag 0: the policy).
+    versions = PolicyVersions.resumed(cfg.rollout_lag, t.run.resumed_extra)
     bar = progress(total=cfg.n_grpo_steps, initial=grpo_step, desc="grpo", enabled=cfg.progress)
     while grpo_step < cfg.n_grpo_steps:
         # 1. Sample group_size responses to each of this step's questions; grade them; the
         # rewards to train on (a control's, a length penalty added); with dynamic sampling,
         # only groups whose rewards differ, sampling more rounds until the batch is full.
-        filled = sample_rollout_batch(cfg, t, rollouts, grpo_step)
+        sampler = versions.sampler(grpo_step, t.model)
+        filled = sample_rollout_batch(cfg, t, rollouts, grpo_step, sampler)
         if filled is None:  # dynamic sampling kept no group: nothing to learn from this step
             grpo_step += 1
             bar.update(1)
-            if after_iteration(t, cfg.n_grpo_steps, grpo_step=grpo_step, opt_step=opt_step):
+            if after_iteration(
+                t, cfg.n_grpo_steps, versions.state(), grpo_step=grpo_step, opt_step=opt_step
+            ):
                 break
             continue
         ro, raw_rewards, first, sampling_stats = filled
+        ro.versions = [versions.version(grpo_step)] * len(ro.responses)
         t_prepare = time.perf_counter()
         # 2. Advantages of the rewards, by the registered estimator (use_std_normalization
         # false selects grpo's version without the std, dr_grpo).
@@ -215,6 +227,11 @@ def train(cfg: GRPOConfig, out: str) -> dict:
         token_weights = check.start(
             tokens.labels, tokens.response_mask, ro.completions, old_log_probs
         )
+        offpolicy_stats = {}
+        if cfg.offpolicy_correction != "none":  # proximal: the old log-probs; behaviour: engine
+            token_weights, offpolicy_stats = correct_rollouts(cfg, old_log_probs, check.sampled)
+        if cfg.rollout_lag:
+            offpolicy_stats.update(staleness_metrics(ro.versions, grpo_step))
         ref_log_probs = None
         if reference is not None:  # once per rollout batch, as the old log-probs
             ref_log_probs = fixed_log_probs(
@@ -242,6 +259,7 @@ def train(cfg: GRPOConfig, out: str) -> dict:
             "rollout/truncated": first.truncated,
             "frac_constant_groups": float(adv_meta["frac_constant_groups"]),
             **sampling_stats,
+            **offpolicy_stats,
         }
         # Rollout-side timings go on the first optimizer step of this rollout batch; the later
         # lines carry the same keys at 0, so every train line has the same time/ keys.
@@ -283,7 +301,9 @@ def train(cfg: GRPOConfig, out: str) -> dict:
         bar.update(1)
         bar.set_postfix(reward=f"{rollout_stats['reward']:.3f}", refresh=False)
         # 6. Evaluate every eval_every GRPO steps and at the end; save every save_every.
-        if after_iteration(t, cfg.n_grpo_steps, grpo_step=grpo_step, opt_step=opt_step):
+        if after_iteration(
+            t, cfg.n_grpo_steps, versions.state(), grpo_step=grpo_step, opt_step=opt_step
+        ):
             break  # max_wall_seconds spent
     bar.close()
     return finish_training(t, step=opt_step)
