@@ -152,6 +152,10 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
     """Rollout batch k is sampled by the policy of GRPO step k - rollout_lag (the first
     rollout_lag batches by the starting policy): the staleness an asynchronous rollout worker
     has, reproducibly. 0: on-policy, as without the setting. Logs async/staleness_*."""
+    rollout_worker: bool = False
+    """Sample in a process of its own beside the learner (one torch thread each), overlapping
+    sampling with training: step k's batch with the weights of step k - rollout_lag, as
+    in-process (the same batches; needs rollout_lag >= 1). docs/async.md."""
     sort_micro_batches: bool = False
     """Sort each train batch's rows by length before cutting it into micro batches, so a micro
     batch pads to a near-equal longest row: less padding computed, the same batch mean up to
@@ -324,6 +328,11 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
                     "'none'"
                 )
         checks.check_non_negative(self, "rollout_lag")
+        if self.rollout_worker and self.rollout_lag < 1:
+            raise ConfigError(
+                "setting 'rollout_worker' needs rollout_lag >= 1: with lag 0 each batch waits "
+                "for the update before it, and there is nothing to overlap"
+            )
         if self.rollout_lag > 0 and self.sync_every != 1:
             raise ConfigError(
                 f"setting 'rollout_lag' ({self.rollout_lag}) sets the engine's weights every "
