@@ -58,6 +58,21 @@ def _metadata(weights: Tensor, keep: Tensor, masked: Tensor, truncated: Tensor) 
     }
 
 
+def _dropped(values: Tensor, drop: Tensor, keep: Tensor) -> tuple[Tensor, dict]:
+    """``values`` with 0 where ``drop``, and the metadata (``drop`` counted as masked)."""
+    weights = torch.where(drop, torch.zeros_like(values), values)
+    return weights, _metadata(weights, keep, drop, torch.zeros_like(keep))
+
+
+def _band(prefix: str, low: float, high: float) -> tuple[Param, Param]:
+    """The settings ``{prefix}_low`` in (0, 1) and ``{prefix}_high`` above 1 of a band of
+    ratios, with their defaults."""
+    return (
+        Param(f"{prefix}_low", low, above=0.0, below=1.0, meaning="lower end of the band"),
+        Param(f"{prefix}_high", high, above=1.0, meaning="upper end of the band"),
+    )
+
+
 @register_offpolicy_correction(
     "none",
     paper="—",
@@ -116,19 +131,14 @@ def decoupled_correction(proximal, behaviour, mask, settings):
     cap = settings.get("decoupled_cap")
     if cap is None:
         return ratio, _metadata(ratio, keep, torch.zeros_like(keep), torch.zeros_like(keep))
-    over = ratio > cap
-    weights = torch.where(over, torch.zeros_like(ratio), ratio)
-    return weights, _metadata(weights, keep, over, torch.zeros_like(keep))
+    return _dropped(ratio, ratio > cap, keep)
 
 
 @register_offpolicy_correction(
     "icepop",
     paper="Ling Team 2025, Every Step Evolves (Ring-1T; IcePop)",
     formula="r if icepop_low <= r <= icepop_high, else 0",
-    params=(
-        Param("icepop_low", 0.5, above=0.0, below=1.0, meaning="lower end of the band"),
-        Param("icepop_high", 5.0, above=1.0, meaning="upper end of the band"),
-    ),
+    params=_band("icepop", 0.5, 5.0),
     note="token masking: a token whose ratio leaves the band gets no gradient",
 )
 def icepop_correction(proximal, behaviour, mask, settings):
@@ -137,19 +147,16 @@ def icepop_correction(proximal, behaviour, mask, settings):
     clipped), with :math:`\alpha` = ``icepop_low`` and :math:`\beta` = ``icepop_high``."""
     diff, keep = _log_ratio(proximal, behaviour, mask)
     ratio = torch.exp(diff)
-    outside = (ratio < settings["icepop_low"]) | (ratio > settings["icepop_high"])
-    weights = torch.where(outside, torch.zeros_like(ratio), ratio)
-    return weights, _metadata(weights, keep, outside, torch.zeros_like(keep))
+    return _dropped(
+        ratio, (ratio < settings["icepop_low"]) | (ratio > settings["icepop_high"]), keep
+    )
 
 
 @register_offpolicy_correction(
     "geo_mask",
     paper="Liu, Li et al. 2025, When Speed Kills Stability (geometric-mean rejection sampling)",
     formula="1 if geo_mask_low <= exp(mean_t log r) <= geo_mask_high over the response, else 0",
-    params=(
-        Param("geo_mask_low", 0.9, above=0.0, below=1.0, meaning="lower end of the band"),
-        Param("geo_mask_high", 1.1, above=1.0, meaning="upper end of the band"),
-    ),
+    params=_band("geo_mask", 0.9, 1.1),
     note="sequence masking: a response whose geometric-mean ratio leaves the band is dropped",
 )
 def geo_mask_correction(proximal, behaviour, mask, settings):
@@ -162,9 +169,7 @@ def geo_mask_correction(proximal, behaviour, mask, settings):
     mean = diff.sum(dim=-1, keepdim=True) / count.clamp(min=1).to(diff.dtype)
     geo = torch.exp(mean)
     rejected = (geo < settings["geo_mask_low"]) | (geo > settings["geo_mask_high"])
-    dropped = rejected.expand_as(diff) & keep
-    weights = torch.where(dropped, torch.zeros_like(diff), torch.ones_like(diff))
-    return weights, _metadata(weights, keep, dropped, torch.zeros_like(keep))
+    return _dropped(torch.ones_like(diff), rejected.expand_as(diff) & keep, keep)
 
 
 def offpolicy_weights(

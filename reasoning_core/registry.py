@@ -411,6 +411,18 @@ def policy_loss(
     return loss, metadata
 
 
+def _table(header: str, entries: list[tuple[Any, str | None]]) -> list[str]:
+    """A registry's Markdown table: ``header``, its rule, and a row per entry (name, formula,
+    paper, note, settings, then the entry's ``more`` cells where given)."""
+    rule = "|" + "---|" * (header.count("|") - 1)
+    rows = [header, rule]
+    for entry, more in entries:
+        params = ", ".join(f"`{p.describe()}`" for p in entry.params) or "—"
+        row = f"| `{entry.name}` | `{entry.formula}` | {entry.paper} | {entry.note or '—'} "
+        rows.append(row + f"| {params} |" + (f" {more} |" if more is not None else ""))
+    return rows
+
+
 def markdown_tables() -> dict[str, str]:
     """The registries as Markdown tables (docs/algorithms.md holds them between
     ``<!-- registry:NAME -->`` markers; ``rrl docs`` rewrites them): ``advantage_estimators``
@@ -426,28 +438,19 @@ def markdown_tables() -> dict[str, str]:
             f"| `{e.name}` | `{e.formula}` | {e.paper} "
             f"| {e.note or '—'}{without if e.without_std else ''} |"
         )
-    losses = [
+    losses = _table(
         "| `loss_type` | per-token loss | paper | what it changes | settings (default; bounds) "
         "| reads | paper's aggregation |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for e in POLICY_LOSSES.values():
-        params = ", ".join(f"`{p.describe()}`" for p in e.params) or "—"
-        reads = ", ".join(f"`{name}`" for name in e.inputs)
-        losses.append(
-            f"| `{e.name}` | `{e.formula}` | {e.paper} | {e.note or '—'} | {params} | {reads} "
-            f"| `{e.aggregation}` |"
-        )
-    corrections = [
+        [
+            (e, f"{', '.join(f'`{name}`' for name in e.inputs)} | `{e.aggregation}`")
+            for e in POLICY_LOSSES.values()
+        ],
+    )
+    corrections = _table(
         "| `offpolicy_correction` | weight of a response token | paper | what it changes "
         "| settings (default; bounds) |",
-        "|---|---|---|---|---|",
-    ]
-    for c in OFFPOLICY_CORRECTIONS.values():
-        params = ", ".join(f"`{p.describe()}`" for p in c.params) or "—"
-        corrections.append(
-            f"| `{c.name}` | `{c.formula}` | {c.paper} | {c.note or '—'} | {params} |"
-        )
+        [(c, None) for c in OFFPOLICY_CORRECTIONS.values()],
+    )
     return {
         "advantage_estimators": "\n".join(rows),
         "policy_losses": "\n".join(losses),

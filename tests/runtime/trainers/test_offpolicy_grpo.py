@@ -28,13 +28,19 @@ def _new_keys(lines: list[dict]) -> set[str]:
     return {k for r in lines for k in r if k.startswith(("async/", "offpolicy/"))}
 
 
-def test_lag_zero_lines_and_state_carry_nothing_new(world, tmp_path, monkeypatch):
-    scripted_rollouts.install(monkeypatch)
+def saved_states(monkeypatch) -> list:
+    """The list that each ``PolicyVersions.state()`` the run saves is appended to."""
     saved = []
     real = offpolicy.PolicyVersions.state
     monkeypatch.setattr(
         offpolicy.PolicyVersions, "state", lambda self: saved.append(real(self)) or saved[-1]
     )
+    return saved
+
+
+def test_lag_zero_lines_and_state_carry_nothing_new(world, tmp_path, monkeypatch):
+    scripted_rollouts.install(monkeypatch)
+    saved = saved_states(monkeypatch)
     cfg = {**GRPO, "rollout_lag": 0, "n_grpo_steps": 2, "save_every": 1}
     lines = run_trainer(grpo, cfg, world, tmp_path / "sync")
     assert not _new_keys(lines)
@@ -85,11 +91,7 @@ def test_lagged_run_samples_with_the_version_lag_steps_old(world, tmp_path, monk
 
 def test_saved_state_holds_the_versions_the_next_steps_need(world, tmp_path, monkeypatch):
     scripted_rollouts.install(monkeypatch)
-    saved = []
-    real = offpolicy.PolicyVersions.state
-    monkeypatch.setattr(
-        offpolicy.PolicyVersions, "state", lambda self: saved.append(real(self)) or saved[-1]
-    )
+    saved = saved_states(monkeypatch)
     run_trainer(grpo, {**LAGGED, "save_every": 1}, world, tmp_path / "run")
     # After step k (k = 1..3 are saved; the last is the finished run's checkpoint): the next
     # step k+1 needs version k+1-L, which the state holds (or is the saved model, version k).
