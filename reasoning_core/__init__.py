@@ -46,15 +46,18 @@ from .losses import (
     token_mean_constant,
 )
 from .masked import masked_mean, masked_normalize
+from .offpolicy import offpolicy_weights
 from .preference import dpo_loss, sequence_log_probs
 from .presets import PRESETS
 from .registry import (
     ADVANTAGE_ESTIMATORS,
     LENGTH_NORMS,
+    OFFPOLICY_CORRECTIONS,
     POLICY_LOSSES,
     LossInputs,
     LossSettings,
     register_advantage_estimator,
+    register_offpolicy_correction,
     register_policy_loss,
 )
 from .sampling_filters import dynamic_sampling_keep, mask_truncated, soft_overlong_penalty
@@ -68,6 +71,7 @@ __all__ = [
     "LENGTH_NORMS",
     "POLICY_LOSSES",
     "PRESETS",
+    "OFFPOLICY_CORRECTIONS",
     "LossInputs",
     "LossSettings",
     "RATIO_BAND",
@@ -98,8 +102,10 @@ __all__ = [
     "masked_mean",
     "masked_normalize",
     "mismatch_warning",
+    "offpolicy_weights",
     "random_rewards",
     "register_advantage_estimator",
+    "register_offpolicy_correction",
     "register_policy_loss",
     "reinforce_pp_advantages",
     "rloo_advantages",

@@ -41,12 +41,15 @@ __all__ = [
     "AdvantageEstimator",
     "LossInputs",
     "LossSettings",
+    "OFFPOLICY_CORRECTIONS",
+    "OffPolicyCorrection",
     "Param",
     "PolicyLoss",
     "Registry",
     "markdown_tables",
     "policy_loss",
     "register_advantage_estimator",
+    "register_offpolicy_correction",
     "register_policy_loss",
 ]
 
@@ -188,8 +191,36 @@ class AdvantageEstimator:
     note: str = ""
 
 
+CorrectionFn = Callable[
+    [Tensor, Tensor, Tensor, Mapping[str, float | None]],
+    tuple[Tensor, dict[str, Tensor]],
+]
+
+
+@dataclass(frozen=True)
+class OffPolicyCorrection:
+    """A registered off-policy correction: per-token weights of the loss for samples drawn by
+    another policy (the engine's, or an older version of the policy's) than the one the loss
+    takes as its sampler.
+
+    ``fn(proximal_log_probs (B, T), behaviour_log_probs (B, T), mask (B, T), settings)``
+    returns detached weights ``(B, T)`` (0 on a token that must not train, exactly 1 where the
+    two log-probs are equal and off the mask) and metadata: detached scalars ``masked`` (share
+    of the mask's tokens given weight 0), ``truncated`` (share whose weight was capped) and
+    ``weight_mean`` (mean weight over the mask's tokens). ``settings`` holds the values of
+    ``params`` by name (validated against their bounds by :func:`correction_settings`)."""
+
+    name: str
+    fn: CorrectionFn
+    paper: str
+    formula: str
+    params: tuple[Param, ...] = ()
+    note: str = ""
+
+
 POLICY_LOSSES: Registry[PolicyLoss] = Registry("loss_type")
 ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
+OFFPOLICY_CORRECTIONS: Registry[OffPolicyCorrection] = Registry("offpolicy_correction")
 
 
 def register_policy_loss(
@@ -232,6 +263,44 @@ def register_advantage_estimator(
         return fn
 
     return add
+
+
+def register_offpolicy_correction(
+    name: str, *, paper: str, formula: str, params: tuple[Param, ...] = (), note: str = ""
+) -> Callable[[CorrectionFn], CorrectionFn]:
+    """Decorator: register ``fn`` as the off-policy correction ``name``
+    (:class:`OffPolicyCorrection`)."""
+
+    def add(fn: CorrectionFn) -> CorrectionFn:
+        OFFPOLICY_CORRECTIONS.add(name, OffPolicyCorrection(name, fn, paper, formula, params, note))
+        return fn
+
+    return add
+
+
+def correction_settings(name: str, given: Mapping[str, Any]) -> dict[str, float | None]:
+    """The settings of correction ``name``: each of its :class:`Param` read from ``given`` (a
+    missing or None value takes the default), checked against its bounds.
+
+    Raises:
+        ValueError: naming the setting, on an unknown correction or a value outside bounds.
+    """
+    out: dict[str, float | None] = {}
+    for param in OFFPOLICY_CORRECTIONS[name].params:
+        value = given.get(param.name)
+        value = param.default if value is None else value
+        if value is None:
+            if not param.unbounded:
+                raise ValueError(f"offpolicy_correction {name!r} needs {param.name}")
+            out[param.name] = None
+            continue
+        if not (isinstance(value, (int, float)) and param.above < value < param.below):
+            raise ValueError(
+                f"'{param.name}' must be {param.bounds()} for offpolicy_correction {name!r}, "
+                f"got {value}"
+            )
+        out[param.name] = float(value)
+    return out
 
 
 @dataclass(frozen=True)
@@ -342,6 +411,18 @@ def policy_loss(
     return loss, metadata
 
 
+def _table(header: str, entries: list[tuple[Any, str | None]]) -> list[str]:
+    """A registry's Markdown table: ``header``, its rule, and a row per entry (name, formula,
+    paper, note, settings, then the entry's ``more`` cells where given)."""
+    rule = "|" + "---|" * (header.count("|") - 1)
+    rows = [header, rule]
+    for entry, more in entries:
+        params = ", ".join(f"`{p.describe()}`" for p in entry.params) or "—"
+        row = f"| `{entry.name}` | `{entry.formula}` | {entry.paper} | {entry.note or '—'} "
+        rows.append(row + f"| {params} |" + (f" {more} |" if more is not None else ""))
+    return rows
+
+
 def markdown_tables() -> dict[str, str]:
     """The registries as Markdown tables (docs/algorithms.md holds them between
     ``<!-- registry:NAME -->`` markers; ``rrl docs`` rewrites them): ``advantage_estimators``
@@ -357,16 +438,21 @@ def markdown_tables() -> dict[str, str]:
             f"| `{e.name}` | `{e.formula}` | {e.paper} "
             f"| {e.note or '—'}{without if e.without_std else ''} |"
         )
-    losses = [
+    losses = _table(
         "| `loss_type` | per-token loss | paper | what it changes | settings (default; bounds) "
         "| reads | paper's aggregation |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for e in POLICY_LOSSES.values():
-        params = ", ".join(f"`{p.describe()}`" for p in e.params) or "—"
-        reads = ", ".join(f"`{name}`" for name in e.inputs)
-        losses.append(
-            f"| `{e.name}` | `{e.formula}` | {e.paper} | {e.note or '—'} | {params} | {reads} "
-            f"| `{e.aggregation}` |"
-        )
-    return {"advantage_estimators": "\n".join(rows), "policy_losses": "\n".join(losses)}
+        [
+            (e, f"{', '.join(f'`{name}`' for name in e.inputs)} | `{e.aggregation}`")
+            for e in POLICY_LOSSES.values()
+        ],
+    )
+    corrections = _table(
+        "| `offpolicy_correction` | weight of a response token | paper | what it changes "
+        "| settings (default; bounds) |",
+        [(c, None) for c in OFFPOLICY_CORRECTIONS.values()],
+    )
+    return {
+        "advantage_estimators": "\n".join(rows),
+        "policy_losses": "\n".join(losses),
+        "offpolicy_corrections": "\n".join(corrections),
+    }

@@ -87,21 +87,31 @@ class OneCorrectPerGroup:
             close()
 
 
-def _make(real):
-    def make(cfg, model, tokenizer):
-        engine = real(cfg, model, tokenizer)
-        if not hasattr(cfg, "group_size"):  # SFT: no rollouts, evaluation only
-            return engine
-        return OneCorrectPerGroup.for_config(cfg, engine, tokenizer)
+# The trainers' real engine factory while scripted_engine stands in for it (None: the one
+# lifecycle holds, as in a rollout worker's fresh process, which imports this module anew).
+_REAL = None
 
-    return make
+
+def scripted_engine(cfg, model, tokenizer):
+    """``make_rollout_engine`` with scripted rollouts; a module-level function, so that a
+    rollout worker process (``rollout_worker``) receives it by name and scripts its samples
+    the same way."""
+    from reasoning_core.runtime.trainers import lifecycle as run
+
+    real = _REAL or run.make_rollout_engine
+    engine = real(cfg, model, tokenizer)
+    if not hasattr(cfg, "group_size"):  # SFT: no rollouts, evaluation only
+        return engine
+    return OneCorrectPerGroup.for_config(cfg, engine, tokenizer)
 
 
 def install(monkeypatch) -> None:
     """Make the trainers started in this test build a :class:`OneCorrectPerGroup` engine."""
     from reasoning_core.runtime.trainers import lifecycle as run
 
-    monkeypatch.setattr(run, "make_rollout_engine", _make(run.make_rollout_engine))
+    if run.make_rollout_engine is not scripted_engine:
+        monkeypatch.setattr(sys.modules[__name__], "_REAL", run.make_rollout_engine)
+    monkeypatch.setattr(run, "make_rollout_engine", scripted_engine)
 
 
 def main(argv: list[str]) -> int:
@@ -110,7 +120,8 @@ def main(argv: list[str]) -> int:
     from reasoning_core.runtime import cli
     from reasoning_core.runtime.trainers import lifecycle as run
 
-    run.make_rollout_engine = _make(run.make_rollout_engine)
+    global _REAL
+    _REAL, run.make_rollout_engine = run.make_rollout_engine, scripted_engine
     return cli.main(argv)
 
 

@@ -22,6 +22,10 @@ FAMILY_INFO = {
         "grpo",
         "the policy-gradient family after GRPO: estimators, losses, KL, sampling, controls",
     ),
+    "grpo_async": (
+        "grpo",
+        "asynchronous GRPO: rollout lag x off-policy correction, and the losses at lag 4",
+    ),
 }
 FAMILIES = [name for name in FAMILY_INFO if name in config["families"]]
 # Families whose accuracy is also drawn against wall-clock time.
@@ -233,6 +237,14 @@ TRAINING_PANELS = {
         "train/grad_norm",
         "train/kl",
         "train/dynamic_sampling/rounds",
+        *EVAL_PANELS,
+    ],
+    "grpo_async": [
+        "train/reward",
+        "train/async/staleness_mean",
+        "train/offpolicy/weight_mean",
+        "train/offpolicy/masked",
+        "train/grad_norm",
         *EVAL_PANELS,
     ],
     "grpo_mismatch": [

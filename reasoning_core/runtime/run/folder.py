@@ -29,6 +29,7 @@ from reasoning_core.runtime.run.checkpoint import save_checkpoint
 from reasoning_core.runtime.run.metrics import MetricsWriter, write_json_atomic
 from reasoning_core.runtime.run.ownership import lock_run_folder, release_run_folder
 from reasoning_core.runtime.run.resume import (
+    EXTRA_KEY,
     RESUME_MAY_CHANGE,
     check_same_settings,
     find_state,
@@ -80,6 +81,7 @@ class RunContext:
         self.start = time.perf_counter()
         self.prior_elapsed = 0.0
         self.last_eval: dict[str, Any] | None = None
+        self.resumed_extra: dict[str, Any] | None = None  # a trainer's extra state, resumed
         self.iterations: dict[str, int] | None = None  # {"iterations_done", "iterations_planned"}
         self.budget_stop: dict[str, int] | None = None  # the same, where max_wall_seconds stopped
         self.engine: str | None = None  # the rollout engine that ran (`auto` resolved)
@@ -123,6 +125,7 @@ class RunContext:
     def resume(self, model, optimizer, scheduler) -> dict[str, Any] | None:
         """Restore the last saved state if there is one; else start the metrics afresh."""
         counters = load_state(self.state_dir, model=model, optimizer=optimizer, scheduler=scheduler)
+        self.resumed_extra = None if counters is None else counters.pop(EXTRA_KEY, None)
         if counters is None:
             self.metrics.restore(0)
             return None
@@ -142,15 +145,23 @@ class RunContext:
             print(f"[{self.method}] resumed from {self.state_dir} at {counters}", file=sys.stderr)
         return counters
 
-    def save_state(self, model, optimizer, scheduler, **counters: Any) -> None:
+    def save_state(
+        self, model, optimizer, scheduler, extra: dict[str, Any] | None = None, **counters: Any
+    ) -> None:
         """Save the resumable state (rank 0 writes it, with every rank's RNG states; each rank
-        takes part in the gather, so every rank calls this)."""
+        takes part in the gather, so every rank calls this); ``extra``: more a trainer keeps
+        (read back as :attr:`resumed_extra`)."""
         counters = dict(counters)
         counters["metrics_records"] = self.metrics.records
         counters["elapsed"] = broadcast_object(self.elapsed())
         counters["last_eval"] = self.last_eval
         save_state(
-            self.state_dir, model=model, optimizer=optimizer, scheduler=scheduler, counters=counters
+            self.state_dir,
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            counters=counters,
+            extra=extra,
         )
 
     def maybe_exit(self, step: int) -> None:

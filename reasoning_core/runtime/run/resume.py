@@ -38,6 +38,7 @@ from reasoning_core.runtime.settings.config import settings_changes
 
 STATE_FILE = "trainer_state.pt"
 COUNTERS_FILE = "counters.json"
+EXTRA_KEY = "state_extra"  # where load_state returns a trainer's extra state among the counters
 
 RESUME_MAY_CHANGE = {
     "device", "num_threads", "progress", "oom_backoff", "gradient_checkpointing",
@@ -90,9 +91,11 @@ def save_state(
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     counters: dict[str, Any],
+    extra: dict[str, Any] | None = None,
 ) -> Path:
     """Write the resumable training state to folder ``path`` atomically (under ``torchrun``:
-    every rank hands over its RNG states, rank 0 writes)."""
+    every rank hands over its RNG states, rank 0 writes); ``extra`` (not None): more a trainer
+    keeps, which :func:`load_state` returns among the counters under :data:`EXTRA_KEY`."""
     final = Path(path)
     rngs = gather_objects(rng_state())  # [this process's] in one process
     if is_sharded(model):  # FSDP2: the shards gathered whole onto rank 0 (every rank calls)
@@ -112,6 +115,8 @@ def save_state(
     }
     if len(rngs) > 1:
         state["rng_ranks"] = rngs
+    if extra is not None:
+        state["extra"] = extra
     try:
         torch.save(state, tmp / STATE_FILE)
         # A human-readable copy of the counters (the .pt file is authoritative).
@@ -183,4 +188,7 @@ def load_state(
         ranks = data.get("rng_ranks")
         same_world = ranks is not None and len(ranks) == world_size()
         set_rng_state(ranks[rank()] if same_world else data["rng"])
-    return dict(data["counters"])
+    counters = dict(data["counters"])
+    if "extra" in data:
+        counters[EXTRA_KEY] = data["extra"]
+    return counters

@@ -37,6 +37,7 @@ from reasoning_core import (
     soft_overlong_penalty,
 )
 from reasoning_core.runtime.run.rng import Stream, step_seed
+from reasoning_core.runtime.trainers import lifecycle
 from reasoning_core.runtime.trainers.grpo_config import GRPOConfig
 from reasoning_core.runtime.trainers.lifecycle import (
     after_iteration,
@@ -46,8 +47,14 @@ from reasoning_core.runtime.trainers.lifecycle import (
     setup_training,
     start_run,
 )
+from reasoning_core.runtime.training.async_rollout import RolloutWorker
 from reasoning_core.runtime.training.batching import MicroBatchSize, check_packable, tokenize_pairs
 from reasoning_core.runtime.training.engine_check import RolloutCheck
+from reasoning_core.runtime.training.offpolicy import (
+    PolicyVersions,
+    correct_rollouts,
+    staleness_metrics,
+)
 from reasoning_core.runtime.training.policy import load_policy
 from reasoning_core.runtime.training.rollouts import (
     RolloutBatch,
@@ -110,10 +117,11 @@ def trained_rewards(
 
 
 def sample_rollout_batch(
-    cfg: GRPOConfig, t, rollouts: Rollouts, step: int
+    cfg: GRPOConfig, t, rollouts: Rollouts, step: int, sampler
 ) -> tuple[RolloutBatch, torch.Tensor, RolloutBatch, dict[str, float]] | None:
     """Step ``step``'s rollout batch: ``(batch, rewards to train on, the first round's batch,
-    metrics)``.
+    metrics)``, sampled by the engine synced from ``sampler`` (the policy, or with
+    ``rollout_lag`` an older version of its weights).
 
     Without ``dynamic_sampling``: one round, the batch is the first round. With it, DAPO's
     dynamic sampling (:func:`reasoning_core.dynamic_sampling_keep`): groups whose trained
@@ -124,7 +132,7 @@ def sample_rollout_batch(
     group. Logs ``dynamic_sampling/rounds`` (extra rounds), ``dynamic_sampling/kept`` (the
     share of the first round's groups kept) and ``dynamic_sampling/repeated``."""
     count = cfg.n_prompts_per_rollout_batch
-    first = sample_and_grade(t.engine, t.model, rollouts, step=step, count=count)
+    first = sample_and_grade(t.engine, sampler, rollouts, step=step, count=count)
     rewards, stats = trained_rewards(cfg, first, step, 0)
     if not cfg.dynamic_sampling:
         return first, rewards, first, stats
@@ -133,7 +141,7 @@ def sample_rollout_batch(
     rounds = 0
     while len(kept) < count and rounds < cfg.dynamic_sampling_max_rounds:
         rounds += 1
-        more = sample_and_grade(t.engine, t.model, rollouts, step=step, count=count, round_=rounds)
+        more = sample_and_grade(t.engine, sampler, rollouts, step=step, count=count, round_=rounds)
         more_rewards, _ = trained_rewards(cfg, more, step, rounds)
         more_keep = dynamic_sampling_keep(more_rewards, cfg.group_size)
         kept += [(more, more_rewards, int(g)) for g in more_keep.nonzero().flatten()]
@@ -160,6 +168,12 @@ def sample_rollout_batch(
     return batch, torch.cat(group_rewards), first, stats
 
 
+def engine_factory():
+    """How a rollout worker builds its engine: the trainers' own (looked up now, so that a
+    test's stand-in engine reaches the worker too)."""
+    return lifecycle.make_rollout_engine
+
+
 def train(cfg: GRPOConfig, out: str) -> dict:
     """Run GRPO into folder ``out`` (resuming from ``out/state``); returns ``done.json``'s data."""
     started = start_run(cfg, out, "grpo")
@@ -184,107 +198,133 @@ def train(cfg: GRPOConfig, out: str) -> dict:
     reference = load_reference(cfg) if cfg.kl_coef > 0 else None
 
     check = RolloutCheck(warn_threshold=cfg.logprob_diff_warn, method="grpo", tis_cap=cfg.tis)
+    # With rollout_lag L, step k samples with the weights of step k - L (lag 0: the policy).
+    versions = PolicyVersions.resumed(cfg.rollout_lag, t.run.resumed_extra)
     bar = progress(total=cfg.n_grpo_steps, initial=grpo_step, desc="grpo", enabled=cfg.progress)
-    while grpo_step < cfg.n_grpo_steps:
-        # 1. Sample group_size responses to each of this step's questions; grade them; the
-        # rewards to train on (a control's, a length penalty added); with dynamic sampling,
-        # only groups whose rewards differ, sampling more rounds until the batch is full.
-        filled = sample_rollout_batch(cfg, t, rollouts, grpo_step)
-        if filled is None:  # dynamic sampling kept no group: nothing to learn from this step
+    worker = None  # rollout_worker: the process that samples, started with the first step
+    try:
+        while grpo_step < cfg.n_grpo_steps:
+            # 1. Sample group_size responses to each of this step's questions; grade them; the
+            # rewards to train on (a control's, a length penalty added); with dynamic sampling,
+            # only groups whose rewards differ, sampling more rounds until the batch is full.
+            sampler = versions.sampler(grpo_step, t.model)
+            if cfg.rollout_worker:  # sampled beside the learner, with the same version
+                worker = worker or RolloutWorker(
+                    cfg, grpo_step, versions.versions, engine_factory()
+                )
+                worker.publish(grpo_step, t.model)
+                filled = worker.get(grpo_step)
+            else:
+                filled = sample_rollout_batch(cfg, t, rollouts, grpo_step, sampler)
+            if filled is None:  # dynamic sampling kept no group: nothing to learn from this step
+                grpo_step += 1
+                bar.update(1)
+                if after_iteration(
+                    t, cfg.n_grpo_steps, versions.state(), grpo_step=grpo_step, opt_step=opt_step
+                ):
+                    break
+                continue
+            ro, raw_rewards, first, sampling_stats = filled
+            ro.versions = [versions.version(grpo_step)] * len(ro.responses)
+            t_prepare = time.perf_counter()
+            # 2. Advantages of the rewards, by the registered estimator (use_std_normalization
+            # false selects grpo's version without the std, dr_grpo).
+            advantages, adv_meta = compute_advantages(
+                raw_rewards, cfg.group_size, cfg.estimator, cfg.advantage_eps
+            )
+            # 3. Tokenize once; 4. the sampling policy's log-probs, when the loss has a ratio
+            # (or TIS needs them); the engine's log-probs of the same tokens, checked against them
+            # (or against the first update's forward).
+            tokens = tokenize_pairs(ro.prompts, ro.responses, t.tokenizer)
+            old_log_probs = None
+            if cfg.scores_old_log_probs:
+                old_log_probs = fixed_log_probs(
+                    t.model, tokens, device, score_micro, share_prompts=cfg.share_prompts
+                )
+            token_weights = check.start(
+                tokens.labels, tokens.response_mask, ro.completions, old_log_probs
+            )
+            offpolicy_stats = {}
+            if cfg.offpolicy_correction != "none":  # proximal: the old log-probs; behaviour: engine
+                token_weights, offpolicy_stats = correct_rollouts(cfg, old_log_probs, check.sampled)
+            if cfg.rollout_lag:
+                offpolicy_stats.update(staleness_metrics(ro.versions, grpo_step))
+            ref_log_probs = None
+            if reference is not None:  # once per rollout batch, as the old log-probs
+                ref_log_probs = fixed_log_probs(
+                    reference, tokens, device, score_micro, share_prompts=cfg.share_prompts
+                )
+            loss_mask = None
+            if cfg.overlong == "mask":
+                truncated = torch.tensor([c.finish_reason == "length" for c in ro.completions])
+                loss_mask = mask_truncated(tokens.response_mask, truncated)
+            scored = ScoredRollouts(
+                tokens=tokens,
+                raw_rewards=raw_rewards,
+                advantages=advantages,
+                old_log_probs=old_log_probs if cfg.needs_old_log_probs else None,
+                token_weights=token_weights,
+                ref_log_probs=ref_log_probs,
+                loss_mask=loss_mask,
+            )
+            # The policy's sample as drawn (dynamic sampling's first round): the verifier's reward,
+            # comparable with any other run's.
+            rollout_stats = {
+                **reward_means(first.scores),
+                **first.grade_metrics,  # this rollout batch's, repeated on each of its lines
+                "response_length": first.mean_length,
+                "rollout/truncated": first.truncated,
+                "frac_constant_groups": float(adv_meta["frac_constant_groups"]),
+                **sampling_stats,
+                **offpolicy_stats,
+            }
+            # Rollout-side timings go on the first optimizer step of this rollout batch; the later
+            # lines carry the same keys at 0, so every train line has the same time/ keys.
+            timings = {**ro.seconds, "time/prepare": time.perf_counter() - t_prepare}
+            # 5. Epochs over the rollout batch, each in a new order, in train batches.
+            for epoch in range(cfg.epochs_per_rollout_batch):
+                gen = torch.Generator().manual_seed(
+                    step_seed(cfg.seed, Stream.GRPO_ORDER, grpo_step, epoch)
+                )
+                order = torch.randperm(cfg.rollout_batch_size, generator=gen)
+                for rows in order.split(cfg.train_batch_size):
+                    t0 = time.perf_counter()
+                    if cfg.sort_micro_batches:
+                        rows = rows[torch.argsort(tokens.lengths[rows], stable=True)]
+                    if cfg.share_prompts:
+                        rows = grouped_order(rows, tokens.response_mask.sum(dim=1), cfg.group_size)
+                    stats, checked = grpo_update(
+                        t.model,
+                        t.optimizer,
+                        t.scheduler,
+                        scored,
+                        rows,
+                        loss=cfg.loss,
+                        micro_batch_size=micro,
+                        device=device,
+                        max_grad_norm=cfg.max_grad_norm,
+                        share_prompts=cfg.share_prompts,
+                        engine_check=check.pending,  # the batch's first update measures the check
+                    )
+                    check.after_update(checked)
+                    opt_step += 1
+                    line = {"grpo_step": grpo_step + 1, **stats, **rollout_stats, **check.metrics}
+                    line.update(timings)
+                    line["time/train"] = time.perf_counter() - t0
+                    t.run.log(line, step=opt_step, split="train")
+                    t.run.maybe_exit(opt_step)
+                    timings = dict.fromkeys(timings, 0.0)
             grpo_step += 1
             bar.update(1)
-            if after_iteration(t, cfg.n_grpo_steps, grpo_step=grpo_step, opt_step=opt_step):
-                break
-            continue
-        ro, raw_rewards, first, sampling_stats = filled
-        t_prepare = time.perf_counter()
-        # 2. Advantages of the rewards, by the registered estimator (use_std_normalization
-        # false selects grpo's version without the std, dr_grpo).
-        advantages, adv_meta = compute_advantages(
-            raw_rewards, cfg.group_size, cfg.estimator, cfg.advantage_eps
-        )
-        # 3. Tokenize once; 4. the sampling policy's log-probs, when the loss has a ratio
-        # (or TIS needs them); the engine's log-probs of the same tokens, checked against them
-        # (or against the first update's forward).
-        tokens = tokenize_pairs(ro.prompts, ro.responses, t.tokenizer)
-        old_log_probs = None
-        if cfg.scores_old_log_probs:
-            old_log_probs = fixed_log_probs(
-                t.model, tokens, device, score_micro, share_prompts=cfg.share_prompts
-            )
-        token_weights = check.start(
-            tokens.labels, tokens.response_mask, ro.completions, old_log_probs
-        )
-        ref_log_probs = None
-        if reference is not None:  # once per rollout batch, as the old log-probs
-            ref_log_probs = fixed_log_probs(
-                reference, tokens, device, score_micro, share_prompts=cfg.share_prompts
-            )
-        loss_mask = None
-        if cfg.overlong == "mask":
-            truncated = torch.tensor([c.finish_reason == "length" for c in ro.completions])
-            loss_mask = mask_truncated(tokens.response_mask, truncated)
-        scored = ScoredRollouts(
-            tokens=tokens,
-            raw_rewards=raw_rewards,
-            advantages=advantages,
-            old_log_probs=old_log_probs if cfg.needs_old_log_probs else None,
-            token_weights=token_weights,
-            ref_log_probs=ref_log_probs,
-            loss_mask=loss_mask,
-        )
-        # The policy's sample as drawn (dynamic sampling's first round): the verifier's reward,
-        # comparable with any other run's.
-        rollout_stats = {
-            **reward_means(first.scores),
-            **first.grade_metrics,  # this rollout batch's, repeated on each of its lines
-            "response_length": first.mean_length,
-            "rollout/truncated": first.truncated,
-            "frac_constant_groups": float(adv_meta["frac_constant_groups"]),
-            **sampling_stats,
-        }
-        # Rollout-side timings go on the first optimizer step of this rollout batch; the later
-        # lines carry the same keys at 0, so every train line has the same time/ keys.
-        timings = {**ro.seconds, "time/prepare": time.perf_counter() - t_prepare}
-        # 5. Epochs over the rollout batch, each in a new order, in train batches.
-        for epoch in range(cfg.epochs_per_rollout_batch):
-            gen = torch.Generator().manual_seed(
-                step_seed(cfg.seed, Stream.GRPO_ORDER, grpo_step, epoch)
-            )
-            order = torch.randperm(cfg.rollout_batch_size, generator=gen)
-            for rows in order.split(cfg.train_batch_size):
-                t0 = time.perf_counter()
-                if cfg.sort_micro_batches:
-                    rows = rows[torch.argsort(tokens.lengths[rows], stable=True)]
-                if cfg.share_prompts:
-                    rows = grouped_order(rows, tokens.response_mask.sum(dim=1), cfg.group_size)
-                stats, checked = grpo_update(
-                    t.model,
-                    t.optimizer,
-                    t.scheduler,
-                    scored,
-                    rows,
-                    loss=cfg.loss,
-                    micro_batch_size=micro,
-                    device=device,
-                    max_grad_norm=cfg.max_grad_norm,
-                    share_prompts=cfg.share_prompts,
-                    engine_check=check.pending,  # the batch's first update measures the check
-                )
-                check.after_update(checked)
-                opt_step += 1
-                line = {"grpo_step": grpo_step + 1, **stats, **rollout_stats, **check.metrics}
-                line.update(timings)
-                line["time/train"] = time.perf_counter() - t0
-                t.run.log(line, step=opt_step, split="train")
-                t.run.maybe_exit(opt_step)
-                timings = dict.fromkeys(timings, 0.0)
-        grpo_step += 1
-        bar.update(1)
-        bar.set_postfix(reward=f"{rollout_stats['reward']:.3f}", refresh=False)
-        # 6. Evaluate every eval_every GRPO steps and at the end; save every save_every.
-        if after_iteration(t, cfg.n_grpo_steps, grpo_step=grpo_step, opt_step=opt_step):
-            break  # max_wall_seconds spent
+            bar.set_postfix(reward=f"{rollout_stats['reward']:.3f}", refresh=False)
+            # 6. Evaluate every eval_every GRPO steps and at the end; save every save_every.
+            if after_iteration(
+                t, cfg.n_grpo_steps, versions.state(), grpo_step=grpo_step, opt_step=opt_step
+            ):
+                break  # max_wall_seconds spent
+    finally:
+        if worker is not None:
+            worker.close()
     bar.close()
     return finish_training(t, step=opt_step)
 

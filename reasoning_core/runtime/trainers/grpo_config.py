@@ -10,7 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Literal
 
-from reasoning_core import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, PRESETS, LossSettings
+from reasoning_core import (
+    ADVANTAGE_ESTIMATORS,
+    OFFPOLICY_CORRECTIONS,
+    POLICY_LOSSES,
+    PRESETS,
+    LossSettings,
+)
+from reasoning_core.registry import correction_settings
 from reasoning_core.runtime.errors import ConfigError
 from reasoning_core.runtime.training import settings as checks
 from reasoning_core.runtime.training.batching import PACKABLE_ATTENTION
@@ -123,7 +130,32 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
     loss_type, weighted by min(exp(old policy - engine), tis_cap), detached; logs
     rollout/tis_weight_mean and rollout/tis_clipped). docs/rollout_mismatch.md says when."""
     tis_cap: float = 2.0
-    """tis's cap (>= 1): no token's weight exceeds it."""
+    """tis's cap (>= 1): no token's weight exceeds it (rollout_correction tis and
+    offpolicy_correction tis)."""
+    offpolicy_correction: str = "none"
+    """Weight each response token's loss for samples drawn by another policy than the learner's
+    at the start of the update (the engine's, rollout_lag versions old): a name registered in
+    reasoning_core.OFFPOLICY_CORRECTIONS (listed below; docs/async.md). Scores the proximal
+    log-probs once per rollout batch; logs offpolicy/masked, offpolicy/truncated and
+    offpolicy/weight_mean."""
+    decoupled_cap: float | None = None
+    """decoupled: a token whose weight proximal/behaviour exceeds it is masked (null: none)."""
+    icepop_low: float = 0.5
+    """icepop: the lower end of the band of ratios whose tokens train."""
+    icepop_high: float = 5.0
+    """icepop: the upper end of the band of ratios whose tokens train."""
+    geo_mask_low: float = 0.9
+    """geo_mask: the lower end of the band of a response's geometric-mean ratio."""
+    geo_mask_high: float = 1.1
+    """geo_mask: the upper end of the band of a response's geometric-mean ratio."""
+    rollout_lag: int = 0
+    """Rollout batch k is sampled by the policy of GRPO step k - rollout_lag (the first
+    rollout_lag batches by the starting policy): the staleness an asynchronous rollout worker
+    has, reproducibly. 0: on-policy, as without the setting. Logs async/staleness_*."""
+    rollout_worker: bool = False
+    """Sample in a process of its own beside the learner (one torch thread each), overlapping
+    sampling with training: step k's batch with the weights of step k - rollout_lag, as
+    in-process (the same batches; needs rollout_lag >= 1). docs/async.md."""
     sort_micro_batches: bool = False
     """Sort each train batch's rows by length before cutting it into micro batches, so a micro
     batch pads to a near-equal longest row: less padding computed, the same batch mean up to
@@ -147,6 +179,9 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
         "loss_type": lambda: loss_choices(),
         "advantage_estimator": lambda: {
             e.name: f"{e.formula} ({e.paper})" for e in ADVANTAGE_ESTIMATORS.values()
+        },
+        "offpolicy_correction": lambda: {
+            c.name: f"{c.formula} ({c.paper})" for c in OFFPOLICY_CORRECTIONS.values()
         },
     }
     PRESETS = PRESETS
@@ -185,6 +220,7 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
                     "sampling policy's log-probs, but setting 'old_log_probs' is 'none'"
                 )
         self._validate_variants()
+        self._validate_offpolicy()
         if self.advantage_eps < 0:
             raise ConfigError("setting 'advantage_eps' must be >= 0")
         if self.share_prompts and self.attn_implementation not in ("auto", *PACKABLE_ATTENTION):
@@ -202,6 +238,12 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
         micro batches split evenly (docs/gpu.md, "Several GPUs")."""
         checks.check_group_seeding(self, world)
         self.check_sharding()
+        if self.rollout_lag > 0:
+            # The saved versions are one process's whole weights; ranks would each keep theirs.
+            raise ConfigError(
+                f"setting 'rollout_lag' ({self.rollout_lag}) runs in one process only, not "
+                f"under torchrun ({world} processes); set rollout_lag: 0 there (docs/async.md)"
+            )
         groups = self.n_prompts_per_rollout_batch
         if groups % world:
             raise ConfigError(
@@ -255,6 +297,54 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
                 f"setting 'train_examples' must be >= 1 (or null), got {self.train_examples}"
             )
 
+    def _validate_offpolicy(self) -> None:
+        """The corrections' settings, every one checked whichever correction is chosen (a
+        bad number is refused even where unused), and the lag."""
+        if self.offpolicy_correction not in list(OFFPOLICY_CORRECTIONS):
+            raise ConfigError(
+                f"setting 'offpolicy_correction': unknown {self.offpolicy_correction!r}; "
+                f"expected one of {list(OFFPOLICY_CORRECTIONS)}"
+            )
+        for name in OFFPOLICY_CORRECTIONS:
+            try:
+                correction_settings(name, self.correction_settings_given)
+            except ValueError as exc:
+                raise ConfigError(f"setting {exc}") from None
+        if self.decoupled_cap is not None and self.offpolicy_correction != "decoupled":
+            raise ConfigError(
+                "setting 'decoupled_cap' is set but applies only to offpolicy_correction "
+                f"decoupled, not {self.offpolicy_correction!r}"
+            )
+        if self.offpolicy_correction != "none":
+            if self.rollout_correction != "none":
+                raise ConfigError(
+                    "settings 'rollout_correction' and 'offpolicy_correction' both weight the "
+                    "loss; use offpolicy_correction alone (its tis is rollout_correction's)"
+                )
+            if self.old_log_probs == "none":
+                raise ConfigError(
+                    f"setting 'offpolicy_correction' is {self.offpolicy_correction!r}, which "
+                    "needs the proximal policy's log-probs, but setting 'old_log_probs' is "
+                    "'none'"
+                )
+        checks.check_non_negative(self, "rollout_lag")
+        if self.rollout_worker and self.rollout_lag < 1:
+            raise ConfigError(
+                "setting 'rollout_worker' needs rollout_lag >= 1: with lag 0 each batch waits "
+                "for the update before it, and there is nothing to overlap"
+            )
+        if self.rollout_lag > 0 and self.sync_every != 1:
+            raise ConfigError(
+                f"setting 'rollout_lag' ({self.rollout_lag}) sets the engine's weights every "
+                f"step; setting 'sync_every' must be 1, got {self.sync_every}"
+            )
+
+    @property
+    def correction_settings_given(self) -> dict[str, float | None]:
+        """The values of every correction's settings, by name."""
+        names = {p.name for c in OFFPOLICY_CORRECTIONS.values() for p in c.params}
+        return {name: getattr(self, name) for name in names}
+
     # Derived sizes (the handout's sanity-checked quantities).
     @property
     def micro_batch_size(self) -> int:
@@ -289,7 +379,7 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
         ratio losses, and for TIS when a rollout batch takes more than one optimizer step (the
         later steps' forward is no longer the sampling policy's)."""
         tis = self.rollout_correction == "tis" and self.steps_per_rollout_batch > 1
-        return self.needs_old_log_probs or tis
+        return self.needs_old_log_probs or tis or self.offpolicy_correction != "none"
 
     @property
     def tis(self) -> float | None:

@@ -185,14 +185,16 @@ def make_rollout_engine(cfg: CommonConfig, model, tokenizer):
     (:func:`settings.engine_options`). One seam for tests that wrap the engine a trainer builds.
 
     The hf and static engines sample from the module they are given, the live policy, unless
-    setting ``sync_every`` (EI, GRPO) is above 1: then they get a copy of their own, which
-    keeps the weights of its last sync between syncs (vLLM always holds its own).
+    setting ``sync_every`` (EI, GRPO) is above 1 or ``rollout_lag`` (GRPO) above 0: then they
+    get a copy of their own, which keeps the weights of its last sync between syncs (vLLM
+    always holds its own).
 
     vLLM computes in the policy's dtype unless ``engine_kwargs`` names another: its own
     ``auto`` turns a float32 checkpoint into bfloat16 (on a CPU too), which put SmolLM2-135M's
     engine 0.039 nats per token from its float32 policy in sync (docs/real_weights.md)."""
     kind = rollout_engine_kind(cfg, model)
-    if getattr(cfg, "sync_every", 1) > 1 and kind in ("hf", "static"):
+    own_copy = getattr(cfg, "sync_every", 1) > 1 or getattr(cfg, "rollout_lag", 0) > 0
+    if own_copy and kind in ("hf", "static"):
         model = copy.deepcopy(model)
     options = engine_options(cfg.engine_kwargs, kind)
     if kind == "vllm":
@@ -244,7 +246,9 @@ def setup_training(
     return Training(run, model, tokenizer, optimizer, scheduler, counters, engine, evaluator)
 
 
-def after_iteration(t: Training, total: int, **counters: int) -> bool:
+def after_iteration(
+    t: Training, total: int, state_extra: dict[str, Any] | None = None, **counters: int
+) -> bool:
     """After an iteration of the trainer's loop of ``total``: evaluate at the last one and
     every ``eval_every``; save resumable state (``counters``) every ``save_every`` but the last
     (the finished run's checkpoint follows).
@@ -252,7 +256,9 @@ def after_iteration(t: Training, total: int, **counters: int) -> bool:
     ``counters`` are what the state saves and a resumed run reads back (:meth:`Training.resumed`):
     ``opt_step``, the optimizer step reached, and the trainer's iteration count when it has
     one besides (``grpo_step``, ``ei_step``); the iterations done are that count, else
-    ``opt_step`` (SFT's iteration is its optimizer step).
+    ``opt_step`` (SFT's iteration is its optimizer step). ``state_extra``: more the state
+    keeps (GRPO's policy versions under ``rollout_lag``), read back as
+    ``t.run.resumed_extra``.
 
     Returns True when the run must stop early because its elapsed wall time passed
     ``max_wall_seconds``: nothing is evaluated or saved here then; the trainer leaves its loop
@@ -277,7 +283,7 @@ def after_iteration(t: Training, total: int, **counters: int) -> bool:
     if is_last or (cfg.eval_every and done % cfg.eval_every == 0):
         t.evaluator(t.engine, t.model, step, t.run)
     if not is_last and cfg.save_every and done % cfg.save_every == 0:
-        t.run.save_state(t.model, t.optimizer, t.scheduler, **counters)
+        t.run.save_state(t.model, t.optimizer, t.scheduler, extra=state_extra, **counters)
     return False
 
 

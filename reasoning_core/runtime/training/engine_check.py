@@ -225,6 +225,7 @@ class RolloutCheck:
         self.tis_cap = tis_cap
         self.metrics: dict[str, float] = {}
         self.pending: EngineCheck | None = None
+        self.sampled: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def start(
         self,
@@ -236,6 +237,7 @@ class RolloutCheck:
         """Check a new rollout batch; its TIS weights (rollouts, seq) when they come from
         ``old_log_probs``, else None (from the first update, or no TIS)."""
         sampled = engine_log_probs(labels, response_mask, completions)
+        self.sampled = sampled  # the behaviour log-probs of an off-policy correction
         self.metrics, weights, self.pending = check_rollouts(
             sampled, response_mask, old_log_probs, self.tis_cap
         )

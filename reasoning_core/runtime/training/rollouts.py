@@ -212,7 +212,8 @@ class RolloutBatch:
     ``scores`` the reward dicts (an ``envs.GradeResults``, see :attr:`grade_metrics`);
     ``completions`` the engine's outputs in the same order (token ids, log-probs, entropies).
     ``seconds`` holds the wall-clock of the weight sync, the sampling and the grading under
-    ``time/sync``, ``time/rollout``, ``time/grade``."""
+    ``time/sync``, ``time/rollout``, ``time/grade``. ``versions``: the policy version (GRPO
+    steps trained) that sampled each response, where the trainer records it (else empty)."""
 
     prompts: list[str]
     responses: list[str]
@@ -221,6 +222,7 @@ class RolloutBatch:
     scores: list[dict]
     seconds: dict[str, float]
     completions: list[Completion] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
 
     @property
     def rewards(self) -> list[float]:
@@ -257,6 +259,7 @@ class RolloutBatch:
             list(self.scores[part]),
             {},
             self.completions[part],
+            self.versions[part],
         )
 
     @classmethod
@@ -272,6 +275,7 @@ class RolloutBatch:
             out.ground_truths += part.ground_truths
             out.lengths += part.lengths
             out.completions += part.completions
+            out.versions += part.versions
             scores += part.scores
         out.scores = scores
         if parts and all(isinstance(p.scores, envs.GradeResults) for p in parts):

@@ -76,8 +76,13 @@ def _weights(run: Path) -> dict:
 # Kill points: GRPO after optimizer step 5 of 8 (third GRPO step, resumed from the state saved
 # after the second); SFT after step 4 of 6; EI after step 6, in the second iteration (at least
 # 16 kept rollouts, 4 steps, per iteration), resumed from the state saved after the first.
+# GRPO with rollout_lag 2: the resumed steps sample with versions 0 and 1, kept in the state.
+LAGGED = {**GRPO, "rollout_lag": 2, "offpolicy_correction": "decoupled"}
+
+
 @pytest.mark.parametrize(
-    ("module", "cfg", "kill_at"), [("grpo", GRPO, 5), ("sft", SFT, 4), ("ei", EI, 6)]
+    ("module", "cfg", "kill_at"),
+    [("grpo", GRPO, 5), ("sft", SFT, 4), ("ei", EI, 6), ("grpo", LAGGED, 5)],
 )
 def test_killed_run_resumes_to_the_same_metrics_and_weights(
     world, tmp_path, monkeypatch, module, cfg, kill_at
