@@ -33,7 +33,6 @@ the response is graded, done) and ``calculator`` (:class:`CalculatorEnvironment`
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from envs.base import Example, RewardFn, Task, load_prompt, render
@@ -56,6 +55,7 @@ class Environment:
     the transcript in :meth:`step` (True) or leave it to the caller (False, see the module)."""
 
     name = "single_turn"
+    summary = "one completion per prompt, graded by the task (its rewards unchanged)"
     stop: tuple[str, ...] = ()
 
     def __init__(self, task: Task, template: str = "r1_zero", *, grade: bool = True) -> None:
@@ -117,6 +117,10 @@ class CalculatorEnvironment(Environment):
     answer format, and so the reward function, are r1_zero's."""
 
     name = "calculator"
+    summary = (
+        "multi-turn: the model may write <calc>12*34</calc> and is answered <result>408</result>"
+        ", up to tool_max_calls calls; the r1_zero_calc prompt (docs/tools.md)"
+    )
     OPEN, CLOSE = "<calc>", "</calc>"
     stop = (CLOSE,)
     CALL = re.compile(r"<calc>(.*)</calc>\s*\Z", re.DOTALL)
@@ -173,10 +177,10 @@ def tool_call(model_text: str) -> str | None:
 
 
 # name -> the class; each takes (task, template, *, grade=..., **its settings).
-ENVIRONMENTS: dict[str, Callable[..., Environment]] = {}
+ENVIRONMENTS: dict[str, type[Environment]] = {}
 
 
-def register_environment(name: str, factory: Callable[..., Environment]) -> None:
+def register_environment(name: str, factory: type[Environment]) -> None:
     if name in ENVIRONMENTS:
         raise ValueError(f"environment {name!r} is already registered")
     ENVIRONMENTS[name] = factory

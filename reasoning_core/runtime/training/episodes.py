@@ -46,8 +46,9 @@ from reasoning_core.runtime.training.batching import TokenBatch, token_batch, to
 from reasoning_core.runtime.training.rollouts import (
     RolloutBatch,
     Rollouts,
-    grade,
+    grade_batch_in_place,
     step_questions,
+    sync_for_step,
 )
 
 
@@ -227,29 +228,23 @@ def episode_batch(episodes: list[Episode], pad_id: int) -> TokenBatch:
 
 
 def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
-    """Means over the episodes: ``tools/call_rate`` (episodes with a tool call),
-    ``tools/calls``, ``tools/errors`` (tool calls refused, per episode), ``tools/turns``
-    (engine calls per episode), ``tools/policy_tokens`` and ``tools/observation_tokens``."""
+    """Means over the episodes: ``tool/call_rate`` (episodes with a tool call),
+    ``tool/calls``, ``tool/errors`` (tool calls refused, per episode), ``tool/turns``
+    (engine calls per episode), ``tool/policy_tokens`` and ``tool/observation_tokens``."""
     n = max(1, len(episodes))
     calls = [e.info.get("tool_calls", 0) for e in episodes]
     return {
-        "tools/call_rate": sum(c > 0 for c in calls) / n,
-        "tools/calls": sum(calls) / n,
-        "tools/errors": sum(e.info.get("tool_errors", 0) for e in episodes) / n,
-        "tools/turns": sum(e.turns for e in episodes) / n,
-        "tools/policy_tokens": sum(e.policy_tokens for e in episodes) / n,
-        "tools/observation_tokens": sum(len(e.token_ids) - e.policy_tokens for e in episodes) / n,
+        "tool/call_rate": sum(c > 0 for c in calls) / n,
+        "tool/calls": sum(calls) / n,
+        "tool/errors": sum(e.info.get("tool_errors", 0) for e in episodes) / n,
+        "tool/turns": sum(e.turns for e in episodes) / n,
+        "tool/policy_tokens": sum(e.policy_tokens for e in episodes) / n,
+        "tool/observation_tokens": sum(len(e.token_ids) - e.policy_tokens for e in episodes) / n,
     }
 
 
 def sample_episodes(
-    engine: RolloutEngine,
-    model: Any,
-    rollouts: Rollouts,
-    *,
-    step: int,
-    count: int,
-    round_: int = 0,
+    engine: Any, model: Any, rollouts: Rollouts, *, step: int, count: int, round_: int = 0
 ) -> RolloutBatch:
     """:func:`~reasoning_core.runtime.training.rollouts.sample_and_grade` with episodes of
     ``rollouts.env``: the same questions, seeds and weight sync, ``params.n`` episodes per
@@ -269,10 +264,7 @@ def sample_episodes(
             rollouts.env, rollouts.task, rollouts.template, grade=False, **rollouts.env_settings
         )
 
-    t0 = time.perf_counter()
-    if round_ == 0 and step % rollouts.sync_every == 0:
-        engine.sync_weights(model)
-    t1 = time.perf_counter()
+    t0, t1 = sync_for_step(engine, model, rollouts, step=step, round_=round_)
     if rollouts.seeding == "group":
         groups = []
         for g, question in enumerate(questions):
@@ -292,12 +284,7 @@ def sample_episodes(
             batch.lengths.append(len(ep.token_ids))
             batch.completions.append(ep.completion())
             batch.episodes.append(ep)
-    batch.scores = grade(rollouts.reward_fn, batch.responses, batch.ground_truths)
-    batch.seconds = {
-        "time/sync": t1 - t0,
-        "time/rollout": t2 - t1,
-        "time/grade": time.perf_counter() - t2,
-    }
+    grade_batch_in_place(rollouts, batch, (t0, t1, t2))
     return batch
 
 

@@ -350,10 +350,7 @@ def sample_and_grade(
     holds the step's weights)."""
     questions, params = step_questions(rollouts, step=step, count=count, round_=round_)
     prompts = [rollouts.task.format_prompt(q, rollouts.template) for q in questions]
-    t0 = time.perf_counter()
-    if round_ == 0 and step % rollouts.sync_every == 0:
-        engine.sync_weights(model)
-    t1 = time.perf_counter()
+    t0, t1 = sync_for_step(engine, model, rollouts, step=step, round_=round_)
     if rollouts.seeding == "group":
         mine = list(share(range(count)))
         groups = [
@@ -380,13 +377,33 @@ def sample_and_grade(
             batch.ground_truths.append(questions[g].ground_truth)
             batch.lengths.append(len(completion.token_ids))
             batch.completions.append(completion)
+    grade_batch_in_place(rollouts, batch, (t0, t1, t2))
+    return gather_batches(batch) if world_size() > 1 else batch
+
+
+def sync_for_step(
+    engine: RolloutEngine, model: Any, rollouts: Rollouts, *, step: int, round_: int
+) -> tuple[float, float]:
+    """Sync the policy's weights into the engine on every ``sync_every``-th step's first round;
+    the clock before and after."""
+    t0 = time.perf_counter()
+    if round_ == 0 and step % rollouts.sync_every == 0:
+        engine.sync_weights(model)
+    return t0, time.perf_counter()
+
+
+def grade_batch_in_place(
+    rollouts: Rollouts, batch: RolloutBatch, clock: tuple[float, float, float]
+) -> None:
+    """Grade ``batch``'s responses (:func:`grade`) into its ``scores``; its ``seconds`` from
+    ``clock`` (before the sync, before sampling, after sampling) and the grading's own."""
+    t0, t1, t2 = clock
     batch.scores = grade(rollouts.reward_fn, batch.responses, batch.ground_truths)
     batch.seconds = {
         "time/sync": t1 - t0,
         "time/rollout": t2 - t1,
         "time/grade": time.perf_counter() - t2,
     }
-    return gather_batches(batch) if world_size() > 1 else batch
 
 
 def gather_batches(batch: RolloutBatch) -> RolloutBatch:

@@ -102,8 +102,8 @@ def test_episode_keeps_sampled_ids_and_marks_the_policy_tokens(tokenizer):
     )
     assert int(aligned[0].sum()) == len(first) + len(last) == int(batch.response_mask[0].sum())
     metrics = episode_metrics([ep, other])
-    assert metrics["tools/call_rate"] == 1.0 and metrics["tools/turns"] == 2.0
-    assert metrics["tools/observation_tokens"] == len(obs)
+    assert metrics["tool/call_rate"] == 1.0 and metrics["tool/turns"] == 2.0
+    assert metrics["tool/observation_tokens"] == len(obs)
 
 
 def test_episode_batch_masks_observations(tokenizer):
