@@ -295,3 +295,60 @@ def rollout_tokens(batch: RolloutBatch, tokenizer: Any) -> TokenBatch:
     if batch.episodes:
         return episode_batch(batch.episodes, tokenizer.pad_token_id)
     return tokenize_pairs(batch.prompts, batch.responses, tokenizer)
+
+
+class EpisodeEngine:
+    """A rollout engine whose completions are whole episodes, for an evaluation that samples
+    through ``generate(prompts, params)``: each prompt (an environment's prompt of one of
+    ``problems``) becomes ``params.n`` episodes over ``inner`` (:func:`run_episodes`), each
+    returned as :meth:`Episode.completion` (the transcript as ``text``; the policy's tokens,
+    log-probs and entropies)."""
+
+    def __init__(
+        self,
+        inner: RolloutEngine,
+        make_env: Callable[[], Environment],
+        problems: list[Example],
+        tokenizer: Any,
+    ) -> None:
+        self.inner, self.make_env, self.tokenizer = inner, make_env, tokenizer
+        self.problems = {make_env().reset(p): p for p in problems}
+        self.eos_ids = getattr(inner, "eos_ids", None) or [tokenizer.eos_token_id]
+
+    def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
+        problems = [self.problems[p] for p in prompts]
+        groups = run_episodes(
+            self.inner, self.make_env, problems, params, self.tokenizer, self.eos_ids
+        )
+        return [[e.completion() for e in group] for group in groups]
+
+    def sync_weights(self, model: Any) -> None:
+        self.inner.sync_weights(model)
+
+
+class EnvironmentTask:
+    """A task as an environment shows it: its prompts (``format_prompt``) and reward function
+    (``reward_fn``) are the environment's, whatever template is asked for."""
+
+    def __init__(self, make_env: Callable[[], Environment]) -> None:
+        self.env = make_env()
+
+    def format_prompt(self, example: Example, template: str = "") -> str:
+        return self.env.reset(example)
+
+    def reward_fn(self, template: str = "") -> Callable[[str, str], dict]:
+        return self.env.reward_fn
+
+
+def environment_factory(cfg: Any, task: Any) -> Callable[[], Environment] | None:
+    """The environments of ``cfg``'s setting ``env`` (ungraded: the caller grades in batch),
+    or None for ``single_turn`` (and for commands without the setting)."""
+    name = getattr(cfg, "env", "single_turn")
+    if name == "single_turn":
+        return None
+    settings = getattr(cfg, "env_settings", {})
+
+    def make_env() -> Environment:
+        return make_environment(name, task, cfg.template, grade=False, **settings)
+
+    return make_env

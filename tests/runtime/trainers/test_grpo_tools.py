@@ -5,6 +5,7 @@ engine's samples, sent as token ids)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -75,6 +76,11 @@ def test_grpo_trains_on_calculator_episodes(engine, world, tmp_path, monkeypatch
         assert math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"])
         assert 0 < r["rollout/logprob_aligned"] <= 1
     assert made[0].token_prompts > 0  # later turns went to the engine as token ids
+    # The evaluations ran episodes too: the calculator's prompt, the transcript graded.
+    generations = sorted((tmp_path / "run" / "generations").glob("*.jsonl"))
+    assert len(generations) == 2  # at the start and at the end
+    record = json.loads(generations[-1].read_text().splitlines()[0])
+    assert "<calc>12*34</calc>" in record["prompt"]
 
 
 @pytest.mark.parametrize(

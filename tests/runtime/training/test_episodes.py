@@ -268,3 +268,22 @@ def test_token_id_prompts_sample_as_their_text(kind, policy, tokenizer):
         for a, b in zip(runs[0], other, strict=True):
             assert [c.token_ids for c in a] == [c.token_ids for c in b]
             assert [c.logprobs for c in a] == [c.logprobs for c in b]
+
+
+def test_evaluation_over_episodes(tokenizer):
+    """The evaluation's sampling loop over :class:`EpisodeEngine`: the environment's prompt,
+    the transcript graded by the task's reward, the policy's tokens counted."""
+    from reasoning_core.runtime.evaluation.loop import evaluate_policy
+    from reasoning_core.runtime.training.episodes import EnvironmentTask, EpisodeEngine
+
+    texts = [" <calc>12*34</calc>", " </think> <answer> 408 </answer>"]
+    engine = EpisodeEngine(Scripted(tokenizer, texts), calculator(), [PROBLEM], tokenizer)
+    result = evaluate_policy(
+        engine, [PROBLEM], EnvironmentTask(calculator()), "r1_zero", SamplingParams(n=1)
+    )
+    [record] = result.records
+    assert "<calc>12*34</calc>" in record["prompt"]  # the r1_zero_calc prompt
+    assert record["response"] == texts[0] + " <result>408</result>" + texts[1]
+    assert record["reward"] == 1.0 and result.summary["answer_reward"] == 1.0
+    policy = sum(len(encode(tokenizer, t)) for t in texts)
+    assert record["response_length"] == policy
