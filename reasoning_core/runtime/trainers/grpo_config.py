@@ -163,10 +163,11 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
     PRESETS = PRESETS
 
     def validate(self) -> None:
-        settings = self.loss  # the loss's own settings, checked by the registry's bounds
+        # First: sampling_max_tokens is the default constant of the loss's settings below.
         checks.check_at_least_one(
             self, "n_grpo_steps", "group_size", "epochs_per_rollout_batch", "sampling_max_tokens"
         )
+        settings = self.loss  # the loss's own settings, checked by the registry's bounds
         if self.group_size < 2:
             raise ConfigError(
                 f"setting 'group_size' must be >= 2 for group advantages, got {self.group_size}"
