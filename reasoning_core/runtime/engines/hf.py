@@ -65,9 +65,17 @@ def eos_ids(model: Any, tokenizer: Any) -> list[int]:
     return sorted(ids)
 
 
-def encode_prompts(tokenizer: Any, prompts: list[str]) -> list[list[int]]:
-    """Token ids of each prompt (no special tokens added); an empty prompt is refused by index."""
-    encoded = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+def encode_prompts(tokenizer: Any, prompts: list[str] | list[list[int]]) -> list[list[int]]:
+    """Token ids of each prompt (no special tokens added); an empty prompt is refused by index.
+
+    A prompt given as a list of token ids is taken as it is (a multi-turn rollout continues
+    from the ids it sampled, which re-tokenizing their text need not reproduce)."""
+    texts = [(i, p) for i, p in enumerate(prompts) if isinstance(p, str)]
+    encoded = [list(map(int, p)) if not isinstance(p, str) else [] for p in prompts]
+    if texts:
+        ids = tokenizer([p for _, p in texts], add_special_tokens=False)["input_ids"]
+        for (i, _), row in zip(texts, ids, strict=True):
+            encoded[i] = row
     for i, ids in enumerate(encoded):
         if not ids:
             raise ValueError(f"prompt {i} is empty after tokenization")
@@ -169,7 +177,9 @@ class HFEngine:
             return self._token_text[token_id]
         return ""
 
-    def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
+    def generate(
+        self, prompts: list[str] | list[list[int]], params: SamplingParams
+    ) -> list[list[Completion]]:
         if not prompts:
             return []
         encoded = encode_prompts(self.tokenizer, prompts)

@@ -103,8 +103,12 @@ class Completion:
 
 @runtime_checkable
 class RolloutEngine(Protocol):
-    def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
-        """For each prompt, ``params.n`` completions (in prompt order)."""
+    def generate(
+        self, prompts: list[str] | list[list[int]], params: SamplingParams
+    ) -> list[list[Completion]]:
+        """For each prompt, ``params.n`` completions (in prompt order). A prompt is text or a
+        list of token ids taken as they are (no tokenizer pass: a multi-turn rollout
+        continues from the exact ids it sampled)."""
         ...
 
     def sync_weights(self, model: torch.nn.Module) -> None:

@@ -265,7 +265,9 @@ class VLLMEngine:
             detokenize=bool(params.stop),
         )
 
-    def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
+    def generate(
+        self, prompts: list[str] | list[list[int]], params: SamplingParams
+    ) -> list[list[Completion]]:
         if not prompts:
             return []
         seeds = _prompt_seeds(params.seed, len(prompts))
@@ -273,7 +275,9 @@ class VLLMEngine:
             sampling: Any = self._vllm_params(params, None)
         else:
             sampling = [self._vllm_params(params, s) for s in seeds]
-        outputs = self.llm.generate(list(prompts), sampling, use_tqdm=False)
+        # Token-id prompts go in as vLLM's TokensPrompt (a dict), text as it is.
+        inputs = [p if isinstance(p, str) else {"prompt_token_ids": list(p)} for p in prompts]
+        outputs = self.llm.generate(inputs, sampling, use_tqdm=False)
         results = []
         for out in outputs:
             completions = []

@@ -48,8 +48,13 @@ from reasoning_core.runtime.trainers.lifecycle import (
     start_run,
 )
 from reasoning_core.runtime.training.async_rollout import RolloutWorker
-from reasoning_core.runtime.training.batching import MicroBatchSize, check_packable, tokenize_pairs
+from reasoning_core.runtime.training.batching import MicroBatchSize, check_packable
 from reasoning_core.runtime.training.engine_check import RolloutCheck
+from reasoning_core.runtime.training.episodes import (
+    episode_metrics,
+    rollout_tokens,
+    sample_episodes,
+)
 from reasoning_core.runtime.training.offpolicy import (
     PolicyVersions,
     correct_rollouts,
@@ -132,7 +137,9 @@ def sample_rollout_batch(
     group. Logs ``dynamic_sampling/rounds`` (extra rounds), ``dynamic_sampling/kept`` (the
     share of the first round's groups kept) and ``dynamic_sampling/repeated``."""
     count = cfg.n_prompts_per_rollout_batch
-    first = sample_and_grade(t.engine, sampler, rollouts, step=step, count=count)
+    # Setting env: multi-turn episodes of an environment, or today's one completion each.
+    sample = sample_and_grade if cfg.env == "single_turn" else sample_episodes
+    first = sample(t.engine, sampler, rollouts, step=step, count=count)
     rewards, stats = trained_rewards(cfg, first, step, 0)
     if not cfg.dynamic_sampling:
         return first, rewards, first, stats
@@ -141,7 +148,7 @@ def sample_rollout_batch(
     rounds = 0
     while len(kept) < count and rounds < cfg.dynamic_sampling_max_rounds:
         rounds += 1
-        more = sample_and_grade(t.engine, sampler, rollouts, step=step, count=count, round_=rounds)
+        more = sample(t.engine, sampler, rollouts, step=step, count=count, round_=rounds)
         more_rewards, _ = trained_rewards(cfg, more, step, rounds)
         more_keep = dynamic_sampling_keep(more_rewards, cfg.group_size)
         kept += [(more, more_rewards, int(g)) for g in more_keep.nonzero().flatten()]
@@ -235,7 +242,8 @@ def train(cfg: GRPOConfig, out: str) -> dict:
             # 3. Tokenize once; 4. the sampling policy's log-probs, when the loss has a ratio
             # (or TIS needs them); the engine's log-probs of the same tokens, checked against them
             # (or against the first update's forward).
-            tokens = tokenize_pairs(ro.prompts, ro.responses, t.tokenizer)
+            # Episodes as sampled, their observations out of the response mask; else the text.
+            tokens = rollout_tokens(ro, t.tokenizer)
             old_log_probs = None
             if cfg.scores_old_log_probs:
                 old_log_probs = fixed_log_probs(
@@ -276,6 +284,7 @@ def train(cfg: GRPOConfig, out: str) -> dict:
                 "rollout/truncated": first.truncated,
                 "frac_constant_groups": float(adv_meta["frac_constant_groups"]),
                 **sampling_stats,
+                **(episode_metrics(first.episodes) if first.episodes else {}),
                 **offpolicy_stats,
             }
             # Rollout-side timings go on the first optimizer step of this rollout batch; the later

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Literal
 
+import envs
+from envs.environment import ENVIRONMENTS, environment_names, make_environment
 from reasoning_core import (
     ADVANTAGE_ESTIMATORS,
     OFFPOLICY_CORRECTIONS,
@@ -164,6 +166,14 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
     """Pack the rows of a micro batch that share a prompt into one sequence, the prompt once and
     its responses after it under a 4D attention mask: the same loss and gradient up to
     rounding, fewer tokens computed. Rows are then ordered by question."""
+    env: str = "single_turn"
+    """The environment of the rollouts (envs.environment, listed below): single_turn (one
+    completion per prompt, graded) or calculator (multi-turn: the model may call a calculator
+    as <calc>12*34</calc> and is answered <result>408</result>; the r1_zero_calc prompt;
+    docs/tools.md). Multi-turn episodes train on the policy's own tokens only; sampling_max_tokens
+    bounds all of an episode's tokens after the prompt."""
+    tool_max_calls: int = 4
+    """env calculator: the calls an episode may make; a call past them ends the episode."""
     train_examples: int | None = None
     """Size of the pool of training questions (null: the task's default). A pool smaller than
     the questions of a rollout batch is drawn with replacement: train_examples 1 is one-example
@@ -175,6 +185,7 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
 
     # The settings whose choices are registries: --help and docs/configuration.md list them.
     CHOICES = {
+        "env": lambda: {name: ENVIRONMENTS[name].summary for name in environment_names()},
         "preset": lambda: {name: str(dict(values)) for name, values in PRESETS.items()},
         "loss_type": lambda: loss_choices(),
         "advantage_estimator": lambda: {
@@ -187,10 +198,11 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
     PRESETS = PRESETS
 
     def validate(self) -> None:
-        settings = self.loss  # the loss's own settings, checked by the registry's bounds
+        # First: sampling_max_tokens is the default constant of the loss's settings below.
         checks.check_at_least_one(
             self, "n_grpo_steps", "group_size", "epochs_per_rollout_batch", "sampling_max_tokens"
         )
+        settings = self.loss  # the loss's own settings, checked by the registry's bounds
         if self.group_size < 2:
             raise ConfigError(
                 f"setting 'group_size' must be >= 2 for group advantages, got {self.group_size}"
@@ -231,12 +243,44 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
                 f"{self.attn_implementation!r}; turn one of them off"
             )
         super().validate()
+        self._validate_env()  # after the task's and template's own checks
+
+    def _validate_env(self) -> None:
+        """Setting ``env``: a registered environment that takes this task and template; the
+        multi-turn ones train on episodes whose rows are not a prompt then one response."""
+        names = environment_names()
+        if self.env not in names:
+            raise ConfigError(f"setting 'env': unknown environment {self.env!r}; known: {names}")
+        checks.check_at_least_one(self, "tool_max_calls")
+        if self.env == "single_turn":
+            return
+        try:
+            make_environment(self.env, envs.get_task(self.task), self.template, **self.env_settings)
+        except ValueError as exc:
+            raise ConfigError(f"setting 'env': {exc}") from None
+        if self.share_prompts:
+            # A packed row is a prompt then one contiguous response; an episode's policy
+            # tokens have the observations between them.
+            raise ConfigError(
+                f"setting 'share_prompts' cannot pack multi-turn episodes (env {self.env!r}); "
+                "turn it off"
+            )
+
+    @property
+    def env_settings(self) -> dict:
+        """The environment's own settings (``tool_max_calls`` for the calculator)."""
+        return {"max_calls": self.tool_max_calls} if self.env == "calculator" else {}
 
     def check_world(self, world: int) -> None:
         """Under ``torchrun`` on ``world`` processes: group seeding, whole groups per rank (the
         rollout batch's questions a multiple of the world size), and the train batch and its
         micro batches split evenly (docs/gpu.md, "Several GPUs")."""
         checks.check_group_seeding(self, world)
+        if self.env != "single_turn":
+            raise ConfigError(
+                f"setting 'env' is {self.env!r}: multi-turn episodes run in one process; "
+                f"not under torchrun ({world} processes)"
+            )
         self.check_sharding()
         if self.rollout_lag > 0:
             # The saved versions are one process's whole weights; ranks would each keep theirs.

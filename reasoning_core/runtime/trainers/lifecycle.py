@@ -52,6 +52,11 @@ from reasoning_core.runtime.run.metrics import write_generations
 from reasoning_core.runtime.run.resume import RESUME_MAY_CHANGE
 from reasoning_core.runtime.settings.config import resolve_command
 from reasoning_core.runtime.training.batching import MicroBatchSize
+from reasoning_core.runtime.training.episodes import (
+    EnvironmentTask,
+    EpisodeEngine,
+    environment_factory,
+)
 from reasoning_core.runtime.training.policy import (
     load_policy,
     make_optimizer,
@@ -125,10 +130,15 @@ class Evaluator:
         was_training = model.training
         model.eval()
         t1 = time.perf_counter()
+        sampler, task = engine, self.task
+        make_env = environment_factory(self.cfg, self.task)
+        if make_env is not None:  # setting env: evaluated on episodes, the tool at hand
+            sampler = EpisodeEngine(engine, make_env, self.examples, self.tokenizer)
+            task = EnvironmentTask(make_env)
         result = evaluate_policy(
-            engine,
+            sampler,
             self.examples,
-            self.task,
+            task,
             self.cfg.template,
             self.params,
             batch_size=self.cfg.eval_batch_size,

@@ -183,6 +183,8 @@ class Rollouts:
     seed: int
     sync_every: int = 1
     seeding: str = "batch"  # setting rollout_seeding: one engine call per step, or per group
+    env: str = "single_turn"  # setting env: the environment of multi-turn rollouts
+    env_settings: dict[str, Any] = field(default_factory=dict)  # its settings (max_calls)
 
     @classmethod
     def from_config(
@@ -201,6 +203,8 @@ class Rollouts:
             seed=cfg.seed,
             sync_every=sync_every,
             seeding=getattr(cfg, "rollout_seeding", "batch"),
+            env=getattr(cfg, "env", "single_turn"),
+            env_settings=getattr(cfg, "env_settings", {}),
         )
 
 
@@ -223,6 +227,9 @@ class RolloutBatch:
     seconds: dict[str, float]
     completions: list[Completion] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
+    # Multi-turn rollouts (setting env): each response's episode (token ids, policy mask),
+    # trained on as sampled; empty for single-turn rollouts, trained on their text.
+    episodes: list[Any] = field(default_factory=list)
 
     @property
     def rewards(self) -> list[float]:
@@ -260,6 +267,7 @@ class RolloutBatch:
             {},
             self.completions[part],
             self.versions[part],
+            self.episodes[part],
         )
 
     @classmethod
@@ -276,6 +284,7 @@ class RolloutBatch:
             out.lengths += part.lengths
             out.completions += part.completions
             out.versions += part.versions
+            out.episodes += part.episodes
             scores += part.scores
         out.scores = scores
         if parts and all(isinstance(p.scores, envs.GradeResults) for p in parts):
@@ -303,6 +312,21 @@ def sum_seconds(batches) -> dict[str, float]:
     return total
 
 
+def step_questions(
+    rollouts: Rollouts, *, step: int, count: int, round_: int = 0
+) -> tuple[list[envs.Example], SamplingParams]:
+    """Step ``step``'s ``count`` questions (round ``round_``) and its seeded sampling params
+    (:func:`sample_and_grade` says how both are drawn)."""
+    keys = (step,) if round_ == 0 else (step, round_)
+    replace = count > len(rollouts.questions)
+    picked = step_rng(rollouts.seed, Stream.QUESTIONS, *keys).choice(
+        len(rollouts.questions), size=count, replace=replace
+    )
+    questions = [rollouts.questions[int(i)] for i in picked]
+    params = rollouts.params.replace(seed=step_seed(rollouts.seed, Stream.ROLLOUT_SEED, *keys))
+    return questions, params
+
+
 def sample_and_grade(
     engine: RolloutEngine,
     model: Any,
@@ -328,18 +352,9 @@ def sample_and_grade(
     ``round_`` > 0 is an extra round of the same step (dynamic sampling): other questions and
     other engine seeds, keyed by ``(step, round_)``, and no weight sync (the engine already
     holds the step's weights)."""
-    keys = (step,) if round_ == 0 else (step, round_)
-    replace = count > len(rollouts.questions)
-    picked = step_rng(rollouts.seed, Stream.QUESTIONS, *keys).choice(
-        len(rollouts.questions), size=count, replace=replace
-    )
-    questions = [rollouts.questions[int(i)] for i in picked]
+    questions, params = step_questions(rollouts, step=step, count=count, round_=round_)
     prompts = [rollouts.task.format_prompt(q, rollouts.template) for q in questions]
-    params = rollouts.params.replace(seed=step_seed(rollouts.seed, Stream.ROLLOUT_SEED, *keys))
-    t0 = time.perf_counter()
-    if round_ == 0 and step % rollouts.sync_every == 0:
-        engine.sync_weights(model)
-    t1 = time.perf_counter()
+    t0, t1 = sync_for_step(engine, model, rollouts, step=step, round_=round_)
     if rollouts.seeding == "group":
         mine = list(share(range(count)))
         groups = [
@@ -366,13 +381,33 @@ def sample_and_grade(
             batch.ground_truths.append(questions[g].ground_truth)
             batch.lengths.append(len(completion.token_ids))
             batch.completions.append(completion)
+    grade_batch_in_place(rollouts, batch, (t0, t1, t2))
+    return gather_batches(batch) if world_size() > 1 else batch
+
+
+def sync_for_step(
+    engine: RolloutEngine, model: Any, rollouts: Rollouts, *, step: int, round_: int
+) -> tuple[float, float]:
+    """Sync the policy's weights into the engine on every ``sync_every``-th step's first round;
+    the clock before and after."""
+    t0 = time.perf_counter()
+    if round_ == 0 and step % rollouts.sync_every == 0:
+        engine.sync_weights(model)
+    return t0, time.perf_counter()
+
+
+def grade_batch_in_place(
+    rollouts: Rollouts, batch: RolloutBatch, clock: tuple[float, float, float]
+) -> None:
+    """Grade ``batch``'s responses (:func:`grade`) into its ``scores``; its ``seconds`` from
+    ``clock`` (before the sync, before sampling, after sampling) and the grading's own."""
+    t0, t1, t2 = clock
     batch.scores = grade(rollouts.reward_fn, batch.responses, batch.ground_truths)
     batch.seconds = {
         "time/sync": t1 - t0,
         "time/rollout": t2 - t1,
         "time/grade": time.perf_counter() - t2,
     }
-    return gather_batches(batch) if world_size() > 1 else batch
 
 
 def gather_batches(batch: RolloutBatch) -> RolloutBatch:

@@ -192,3 +192,46 @@ def test_engine_from_live_module(tmp_path, hf):
         assert got == tokens(make_engine("hf", other, hf.tokenizer).generate(PROMPTS, GREEDY))
     finally:
         engine.close()
+
+
+def test_token_id_prompts_sample_as_their_text(vllm_engine, hf):
+    """A prompt given as token ids (vLLM's TokensPrompt) samples what its text samples."""
+    ids = [hf.tokenizer(p, add_special_tokens=False)["input_ids"] for p in PROMPTS]
+    params = SamplingParams(n=2, max_tokens=12, stop=[], seed=4)
+    assert tokens(vllm_engine.generate(ids, params)) == tokens(
+        vllm_engine.generate(PROMPTS, params)
+    )
+
+
+def test_multi_turn_episode_log_probs_are_the_policy_s(vllm_engine, hf):
+    """A multi-turn episode over vLLM (later turns sent as token ids): the engine's log-prob
+    of every policy token is the plain forward's on the trained row."""
+    import envs
+    from envs.environment import Environment, Step
+    from reasoning_core.runtime.training.episodes import episode_batch, run_episodes
+
+    class Echo(Environment):
+        stop = (" ",)
+
+        def step(self, model_text):
+            self.parts.append(model_text)
+            if len(self.parts) >= 5:
+                return self.finish({})
+            self.parts.append(" = 7 ;")
+            return Step(" = 7 ;", 0.0, False, {})
+
+    task = envs.get_task("arithmetic")
+    problems = task.load("test", limit=2)
+    params = SamplingParams(n=2, max_tokens=40, seed=2, stop=[])
+    groups = run_episodes(
+        vllm_engine, lambda: Echo(task, grade=False), problems, params, hf.tokenizer
+    )
+    episodes = [e for g in groups for e in g]
+    assert max(e.turns for e in episodes) >= 2
+    batch = episode_batch(episodes, hf.tokenizer.pad_token_id)
+    for row, e in enumerate(episodes):
+        want = reference_logprobs(hf.model, e.prompt_ids, e.token_ids)
+        policy = torch.tensor(e.policy)
+        got = torch.tensor(e.logprobs)[policy]
+        torch.testing.assert_close(got, want[policy].float(), atol=2e-3, rtol=0)
+        assert int(batch.response_mask[row].sum()) == int(policy.sum())

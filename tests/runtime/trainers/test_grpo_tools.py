@@ -1,0 +1,110 @@
+"""GRPO with multi-turn episodes (setting ``env: calculator``) on the micro world, with each
+CPU engine. The micro model never learned the call syntax, so an engine wrapper makes one
+episode of every group call the calculator in its first turn (its later turns are the real
+engine's samples, sent as token ids)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from micro_world import GRPO, fake_grade, run_trainer, train_lines
+
+from reasoning_core.runtime.engines.rollout import Completion
+from reasoning_core.runtime.errors import ConfigError
+from reasoning_core.runtime.trainers import grpo
+from reasoning_core.runtime.trainers import lifecycle as run
+from reasoning_core.runtime.trainers.grpo_config import GRPOConfig
+from reasoning_core.runtime.training import rollouts as sampling
+
+CALL = " <calc>12*34</calc>"
+
+
+class OneCallPerGroup:
+    """``inner`` whose first completion of each text prompt in a rollout call (n > 1) is the
+    calculator call :data:`CALL` (not sampled: NaN log-probs); everything else is real."""
+
+    def __init__(self, inner, tokenizer):
+        self.inner, self.tokenizer = inner, tokenizer
+        self.eos_ids = getattr(inner, "eos_ids", [tokenizer.eos_token_id])
+        self.token_prompts = 0
+
+    def sync_weights(self, model):
+        self.inner.sync_weights(model)
+
+    def generate(self, prompts, params):
+        outs = self.inner.generate(prompts, params)
+        self.token_prompts += sum(not isinstance(p, str) for p in prompts)
+        if params.n == 1:
+            return outs
+        ids = self.tokenizer.encode(CALL, add_special_tokens=False)
+        call = Completion(CALL, ids, [math.nan] * len(ids), "stop")
+        return [[call, *group[1:]] for group in outs]
+
+
+@pytest.mark.parametrize("engine", ["hf", "static"])
+def test_grpo_trains_on_calculator_episodes(engine, world, tmp_path, monkeypatch):
+    made = []
+    real = run.make_rollout_engine
+
+    def make(cfg, model, tokenizer):
+        made.append(OneCallPerGroup(real(cfg, model, tokenizer), tokenizer))
+        return made[-1]
+
+    monkeypatch.setattr(run, "make_rollout_engine", make)
+    monkeypatch.setattr(sampling, "grade", fake_grade)
+    cfg = {
+        **GRPO,
+        "engine": engine,
+        "env": "calculator",
+        "tool_max_calls": 2,
+        "n_grpo_steps": 2,
+        "eval_every": 0,
+        "sampling_max_tokens": 64,
+        "sampling_min_tokens": 0,
+    }
+    lines = train_lines(run_trainer(grpo, cfg, world, tmp_path / "run"))
+    assert [r["step"] for r in lines] == [1, 2, 3, 4]
+    group = GRPO["group_size"]
+    for r in lines:
+        # One scripted call per group at least (the model may call too, by chance).
+        assert r["tool/call_rate"] >= 1 / group and r["tool/calls"] >= 1 / group
+        assert r["tool/turns"] >= 1 + 1 / group
+        assert r["tool/errors"] == 0 or r["tool/errors"] <= r["tool/calls"]
+        assert r["tool/observation_tokens"] > 0 and r["tool/policy_tokens"] > 0
+        assert math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"])
+        assert 0 < r["rollout/logprob_aligned"] <= 1
+    assert made[0].token_prompts > 0  # later turns went to the engine as token ids
+    # The evaluations ran episodes too: the calculator's prompt, the transcript graded.
+    generations = sorted((tmp_path / "run" / "generations").glob("*.jsonl"))
+    assert len(generations) == 2  # at the start and at the end
+    record = json.loads(generations[-1].read_text().splitlines()[0])
+    assert "<calc>12*34</calc>" in record["prompt"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"env": "chess"}, "setting 'env': unknown environment 'chess'"),
+        ({"env": "calculator", "template": "question_only"}, "setting 'env'.*r1_zero"),
+        ({"env": "calculator", "share_prompts": True}, "'share_prompts' cannot pack"),
+        ({"env": "calculator", "tool_max_calls": 0}, "tool_max_calls"),
+    ],
+)
+def test_env_settings_refused_by_name(settings, message, world):
+    with pytest.raises(ConfigError, match=message):
+        GRPOConfig(task="arithmetic", model_path=str(world), **settings).validate()
+
+
+def test_env_is_refused_under_torchrun():
+    cfg = GRPOConfig(task="arithmetic", env="calculator", rollout_seeding="group")
+    with pytest.raises(ConfigError, match="setting 'env'"):
+        cfg.check_world(2)
+
+
+def test_a_bad_env_on_the_command_line_is_a_message(world, tmp_path, capsys):
+    argv = ["--set", "task=arithmetic", "--set", f"model_path={world}", "--set", "env=chess"]
+    argv += ["--out", str(tmp_path / "run")]
+    assert grpo.main(argv) != 0
+    assert "setting 'env': unknown environment 'chess'" in capsys.readouterr().err
