@@ -195,8 +195,8 @@ class Rollouts:
         sync_every: int = 1,
     ) -> Rollouts:
         return cls(
-            questions=questions,
-            task=task,
+            questions,
+            task,
             template=cfg.template,
             reward_fn=task.reward_fn(cfg.template),
             params=rollout_params(cfg),
