@@ -377,6 +377,12 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
                 "setting 'rollout_worker' needs rollout_lag >= 1: with lag 0 each batch waits "
                 "for the update before it, and there is nothing to overlap"
             )
+        if self.rollout_worker and self.env != "single_turn":
+            # The worker's episodes would cross processes untested; sample them in-process.
+            raise ConfigError(
+                f"setting 'rollout_worker' samples single-turn rollouts only; env "
+                f"{self.env!r} runs its episodes in the learner's process"
+            )
         if self.rollout_lag > 0 and self.sync_every != 1:
             raise ConfigError(
                 f"setting 'rollout_lag' ({self.rollout_lag}) sets the engine's weights every "

@@ -90,6 +90,10 @@ def test_grpo_trains_on_calculator_episodes(engine, world, tmp_path, monkeypatch
         ({"env": "calculator", "template": "question_only"}, "setting 'env'.*r1_zero"),
         ({"env": "calculator", "share_prompts": True}, "'share_prompts' cannot pack"),
         ({"env": "calculator", "tool_max_calls": 0}, "tool_max_calls"),
+        (
+            {"env": "calculator", "rollout_lag": 1, "rollout_worker": True},
+            "'rollout_worker' samples single-turn rollouts only",
+        ),
     ],
 )
 def test_env_settings_refused_by_name(settings, message, world):
