@@ -217,7 +217,7 @@ def train(cfg: GRPOConfig, out: str) -> dict:
             sampler = versions.sampler(grpo_step, t.model)
             if cfg.rollout_worker:  # sampled beside the learner, with the same version
                 worker = worker or RolloutWorker(
-                    cfg, grpo_step, versions.versions, engine_factory()
+                    cfg, grpo_step, versions.versions, engine_factory(), sample_rollout_batch
                 )
                 worker.publish(grpo_step, t.model)
                 filled = worker.get(grpo_step)

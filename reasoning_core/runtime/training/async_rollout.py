@@ -8,9 +8,10 @@ Batch k is sampled with policy version ``max(0, k - L)`` (the weights after that
 steps), which the learner sends after each update (:meth:`RolloutWorker.publish`); the worker
 waits until it has that version, so it runs at most L steps ahead and no sample is more than L
 versions old. Questions, engine seeds and reward controls are the functions of
-``(seed, step)`` the in-process loop uses (:func:`~reasoning_core.runtime.trainers.grpo.
-sample_rollout_batch` itself runs in the worker), so a run with the worker trains on the very
-batches of the in-process fixed-lag run: the same metrics apart from ``time/``.
+``(seed, step)`` the in-process loop uses (the trainer hands the worker its own
+:func:`~reasoning_core.runtime.trainers.grpo.sample_rollout_batch`, so this layer imports no
+trainer), so a run with the worker trains on the very batches of the in-process fixed-lag
+run: the same metrics apart from ``time/``.
 
 Shutdown: :meth:`RolloutWorker.close` stops and joins the worker (the learner calls it in a
 ``finally``); a worker error comes back to the learner as a RuntimeError with the worker's
@@ -56,14 +57,15 @@ def worker_main(
     stop: Any,
     parent: int,
     make_engine: Any,
+    sample: Any,
 ) -> None:
     """The worker process: sample steps ``start ..`` of ``cfg``'s run into ``batches`` as
     ``(step, filled)`` (``filled``: what ``sample_rollout_batch`` returns, its batch carrying
     its policy version), taking versions from ``weights`` as ``(version, state_dict)``; on an
     error, ``("error", traceback)``; ends on ``stop`` (after the last step too, since the
     batches' tensors are shared through this process until the learner has them), or when
-    the learner (``parent``) is gone."""
-    from reasoning_core.runtime.trainers.grpo import sample_rollout_batch
+    the learner (``parent``) is gone. ``sample(cfg, tools, rollouts, step, weights)`` samples
+    a step (the trainer's ``sample_rollout_batch``)."""
     from reasoning_core.runtime.training.policy import load_policy, setup_torch
     from reasoning_core.runtime.training.rollouts import Rollouts, load_questions
 
@@ -89,7 +91,7 @@ def worker_main(
                 held[version] = state
             for old in [v for v in held if v < need]:
                 del held[old]
-            filled = sample_rollout_batch(cfg, tools, rollouts, step, FrozenWeights(held[need]))
+            filled = sample(cfg, tools, rollouts, step, FrozenWeights(held[need]))
             if filled is not None:
                 filled[0].versions = [need] * len(filled[0].responses)
             while True:  # the queue is bounded: wait for the learner to take a batch
@@ -121,6 +123,7 @@ class RolloutWorker:
         start: int,
         versions: dict[int, dict[str, torch.Tensor]],
         make_engine: Any,
+        sample: Any,
     ) -> None:
         ctx = mp.get_context("spawn")
         self.weights = ctx.Queue()
@@ -139,6 +142,7 @@ class RolloutWorker:
                 self.stop,
                 os.getpid(),
                 make_engine,
+                sample,
             ),  # fmt: skip
             daemon=True,
             name="rrl-rollout-worker",

@@ -52,7 +52,9 @@ def test_worker_trains_on_the_in_process_lagged_batches(world, tmp_path, monkeyp
 def test_a_worker_failure_reaches_the_learner(world):
     cfg = grpo.GRPOConfig(**{**LAGGED, "model_path": str(world), "rollout_worker": True})
     model = torch.nn.Linear(2, 2)
-    worker = RolloutWorker(cfg, 0, {0: model.state_dict()}, worker_hooks.broken_engine)
+    worker = RolloutWorker(
+        cfg, 0, {0: model.state_dict()}, worker_hooks.broken_engine, grpo.sample_rollout_batch
+    )
     try:
         with pytest.raises(RuntimeError, match="could not start"):
             worker.get(0)
