@@ -177,23 +177,6 @@ def test_weight_sync_round_trip(vllm_engine, hf, restore_weights):
     assert tokens(vllm_engine.generate(ALL_PROMPTS, GREEDY)) == before
 
 
-def test_engine_from_live_module(tmp_path, hf):
-    other = build_model(len(hf.tokenizer), seed=3)
-    engine = make_engine(
-        "vllm",
-        other,
-        hf.tokenizer,
-        dtype="float32",
-        max_model_len=256,
-        kv_cache_memory_bytes=16 << 20,
-    )
-    try:
-        got = tokens(engine.generate(PROMPTS, GREEDY))
-        assert got == tokens(make_engine("hf", other, hf.tokenizer).generate(PROMPTS, GREEDY))
-    finally:
-        engine.close()
-
-
 def test_token_id_prompts_sample_as_their_text(vllm_engine, hf):
     """A prompt given as token ids (vLLM's TokensPrompt) samples what its text samples."""
     ids = [hf.tokenizer(p, add_special_tokens=False)["input_ids"] for p in PROMPTS]
@@ -235,3 +218,22 @@ def test_multi_turn_episode_log_probs_are_the_policy_s(vllm_engine, hf):
         got = torch.tensor(e.logprobs)[policy]
         torch.testing.assert_close(got, want[policy].float(), atol=2e-3, rtol=0)
         assert int(batch.response_mask[row].sum()) == int(policy.sum())
+
+
+# Last in the file: closing a second vLLM engine in this process tears down the parallel
+# groups the shared module engine still uses.
+def test_engine_from_live_module(tmp_path, hf):
+    other = build_model(len(hf.tokenizer), seed=3)
+    engine = make_engine(
+        "vllm",
+        other,
+        hf.tokenizer,
+        dtype="float32",
+        max_model_len=256,
+        kv_cache_memory_bytes=16 << 20,
+    )
+    try:
+        got = tokens(engine.generate(PROMPTS, GREEDY))
+        assert got == tokens(make_engine("hf", other, hf.tokenizer).generate(PROMPTS, GREEDY))
+    finally:
+        engine.close()
