@@ -30,6 +30,7 @@ from collections.abc import Mapping
 import torch
 
 from ._typing import Float, Shaped, Tensor
+from .correction import _masked_diff as _log_ratio  # log(prox / behaviour), 0 off the mask
 from .masked import masked_mean_or_zero
 from .registry import (
     OFFPOLICY_CORRECTIONS,
@@ -39,14 +40,6 @@ from .registry import (
 )
 
 __all__ = ["offpolicy_weights"]
-
-
-def _log_ratio(proximal: Tensor, behaviour: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-    """``log(prox / behaviour)`` detached, 0 off the mask (padding may hold anything, even
-    NaN, without reaching a weight), and the boolean mask."""
-    keep = mask != 0
-    diff = proximal.detach() - behaviour.detach()
-    return torch.where(keep, diff, torch.zeros_like(diff)), keep
 
 
 def _metadata(weights: Tensor, keep: Tensor, masked: Tensor, truncated: Tensor) -> dict:
