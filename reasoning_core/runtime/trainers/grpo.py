@@ -24,6 +24,7 @@ Run: ``rrl grpo --config workflow/config/methods/tiny.yaml --set model_path=... 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 
@@ -47,7 +48,7 @@ from reasoning_core.runtime.trainers.lifecycle import (
     setup_training,
     start_run,
 )
-from reasoning_core.runtime.training.async_rollout import RolloutWorker
+from reasoning_core.runtime.training.async_rollout import WorkerRollouts
 from reasoning_core.runtime.training.batching import MicroBatchSize, check_packable
 from reasoning_core.runtime.training.engine_check import RolloutCheck
 from reasoning_core.runtime.training.episodes import (
@@ -55,11 +56,7 @@ from reasoning_core.runtime.training.episodes import (
     rollout_tokens,
     sample_episodes,
 )
-from reasoning_core.runtime.training.offpolicy import (
-    PolicyVersions,
-    correct_rollouts,
-    staleness_metrics,
-)
+from reasoning_core.runtime.training.offpolicy import PolicyVersions, correct_rollouts
 from reasoning_core.runtime.training.policy import load_policy
 from reasoning_core.runtime.training.rollouts import (
     RolloutBatch,
@@ -182,7 +179,14 @@ def engine_factory():
 
 
 def train(cfg: GRPOConfig, out: str) -> dict:
-    """Run GRPO into folder ``out`` (resuming from ``out/state``); returns ``done.json``'s data."""
+    """Run GRPO into folder ``out`` (resuming from ``out/state``); returns ``done.json``'s data.
+    What the run opens that must close however it ends (a rollout worker) is entered into
+    one exit stack here, so the loop itself stays flat."""
+    with contextlib.ExitStack() as cleanup:
+        return _train(cfg, out, cleanup)
+
+
+def _train(cfg: GRPOConfig, out: str, cleanup: contextlib.ExitStack) -> dict:
     started = start_run(cfg, out, "grpo")
     if started is None:
         return {}
@@ -208,132 +212,121 @@ def train(cfg: GRPOConfig, out: str) -> dict:
     # With rollout_lag L, step k samples with the weights of step k - L (lag 0: the policy).
     versions = PolicyVersions.resumed(cfg.rollout_lag, t.run.resumed_extra)
     bar = progress(total=cfg.n_grpo_steps, initial=grpo_step, desc="grpo", enabled=cfg.progress)
-    worker = None  # rollout_worker: the process that samples, started with the first step
-    try:
-        while grpo_step < cfg.n_grpo_steps:
-            # 1. Sample group_size responses to each of this step's questions; grade them; the
-            # rewards to train on (a control's, a length penalty added); with dynamic sampling,
-            # only groups whose rewards differ, sampling more rounds until the batch is full.
-            sampler = versions.sampler(grpo_step, t.model)
-            if cfg.rollout_worker:  # sampled beside the learner, with the same version
-                worker = worker or RolloutWorker(
-                    cfg, grpo_step, versions.versions, engine_factory(), sample_rollout_batch
-                )
-                worker.publish(grpo_step, t.model)
-                filled = worker.get(grpo_step)
-            else:
-                filled = sample_rollout_batch(cfg, t, rollouts, grpo_step, sampler)
-            if filled is None:  # dynamic sampling kept no group: nothing to learn from this step
-                grpo_step += 1
-                bar.update(1)
-                if after_iteration(
-                    t, cfg.n_grpo_steps, versions.state(), grpo_step=grpo_step, opt_step=opt_step
-                ):
-                    break
-                continue
-            ro, raw_rewards, first, sampling_stats = filled
-            ro.versions = [versions.version(grpo_step)] * len(ro.responses)
-            t_prepare = time.perf_counter()
-            # 2. Advantages of the rewards, by the registered estimator (use_std_normalization
-            # false selects grpo's version without the std, dr_grpo).
-            advantages, adv_meta = compute_advantages(
-                raw_rewards, cfg.group_size, cfg.estimator, cfg.advantage_eps
-            )
-            # 3. Tokenize once; 4. the sampling policy's log-probs, when the loss has a ratio
-            # (or TIS needs them); the engine's log-probs of the same tokens, checked against them
-            # (or against the first update's forward).
-            # Episodes as sampled, their observations out of the response mask; else the text.
-            tokens = rollout_tokens(ro, t.tokenizer)
-            old_log_probs = None
-            if cfg.scores_old_log_probs:
-                old_log_probs = fixed_log_probs(
-                    t.model, tokens, device, score_micro, share_prompts=cfg.share_prompts
-                )
-            token_weights = check.start(
-                tokens.labels, tokens.response_mask, ro.completions, old_log_probs
-            )
-            offpolicy_stats = {}
-            if cfg.offpolicy_correction != "none":  # proximal: the old log-probs; behaviour: engine
-                token_weights, offpolicy_stats = correct_rollouts(cfg, old_log_probs, check.sampled)
-            if cfg.rollout_lag:
-                offpolicy_stats.update(staleness_metrics(ro.versions, grpo_step))
-            ref_log_probs = None
-            if reference is not None:  # once per rollout batch, as the old log-probs
-                ref_log_probs = fixed_log_probs(
-                    reference, tokens, device, score_micro, share_prompts=cfg.share_prompts
-                )
-            loss_mask = None
-            if cfg.overlong == "mask":
-                truncated = torch.tensor([c.finish_reason == "length" for c in ro.completions])
-                loss_mask = mask_truncated(tokens.response_mask, truncated)
-            scored = ScoredRollouts(
-                tokens=tokens,
-                raw_rewards=raw_rewards,
-                advantages=advantages,
-                old_log_probs=old_log_probs if cfg.needs_old_log_probs else None,
-                token_weights=token_weights,
-                ref_log_probs=ref_log_probs,
-                loss_mask=loss_mask,
-            )
-            # The policy's sample as drawn (dynamic sampling's first round): the verifier's reward,
-            # comparable with any other run's.
-            rollout_stats = {
-                **reward_means(first.scores),
-                **first.grade_metrics,  # this rollout batch's, repeated on each of its lines
-                "response_length": first.mean_length,
-                "rollout/truncated": first.truncated,
-                "frac_constant_groups": float(adv_meta["frac_constant_groups"]),
-                **sampling_stats,
-                **(episode_metrics(first.episodes) if first.episodes else {}),
-                **offpolicy_stats,
-            }
-            # Rollout-side timings go on the first optimizer step of this rollout batch; the later
-            # lines carry the same keys at 0, so every train line has the same time/ keys.
-            timings = {**ro.seconds, "time/prepare": time.perf_counter() - t_prepare}
-            # 5. Epochs over the rollout batch, each in a new order, in train batches.
-            for epoch in range(cfg.epochs_per_rollout_batch):
-                gen = torch.Generator().manual_seed(
-                    step_seed(cfg.seed, Stream.GRPO_ORDER, grpo_step, epoch)
-                )
-                order = torch.randperm(cfg.rollout_batch_size, generator=gen)
-                for rows in order.split(cfg.train_batch_size):
-                    t0 = time.perf_counter()
-                    if cfg.sort_micro_batches:
-                        rows = rows[torch.argsort(tokens.lengths[rows], stable=True)]
-                    if cfg.share_prompts:
-                        rows = grouped_order(rows, tokens.response_mask.sum(dim=1), cfg.group_size)
-                    stats, checked = grpo_update(
-                        t.model,
-                        t.optimizer,
-                        t.scheduler,
-                        scored,
-                        rows,
-                        loss=cfg.loss,
-                        micro_batch_size=micro,
-                        device=device,
-                        max_grad_norm=cfg.max_grad_norm,
-                        share_prompts=cfg.share_prompts,
-                        engine_check=check.pending,  # the batch's first update measures the check
-                    )
-                    check.after_update(checked)
-                    opt_step += 1
-                    line = {"grpo_step": grpo_step + 1, **stats, **rollout_stats, **check.metrics}
-                    line.update(timings)
-                    line["time/train"] = time.perf_counter() - t0
-                    t.run.log(line, step=opt_step, split="train")
-                    t.run.maybe_exit(opt_step)
-                    timings = dict.fromkeys(timings, 0.0)
+    # In-process, or with rollout_worker a process beside the learner, stopped by `cleanup`.
+    source = cleanup.enter_context(
+        WorkerRollouts(cfg, versions, sample_rollout_batch, engine_factory(), t.run.resumed_extra)
+    )
+    while grpo_step < cfg.n_grpo_steps:
+        # 1. Sample group_size responses to each of this step's questions; grade them; the
+        # rewards to train on (a control's, a length penalty added); with dynamic sampling,
+        # only groups whose rewards differ, sampling more rounds until the batch is full.
+        filled = source.batch(t, rollouts, grpo_step)
+        if filled is None:  # dynamic sampling kept no group: nothing to learn from this step
             grpo_step += 1
             bar.update(1)
-            bar.set_postfix(reward=f"{rollout_stats['reward']:.3f}", refresh=False)
-            # 6. Evaluate every eval_every GRPO steps and at the end; save every save_every.
             if after_iteration(
-                t, cfg.n_grpo_steps, versions.state(), grpo_step=grpo_step, opt_step=opt_step
+                t, cfg.n_grpo_steps, source.state(), grpo_step=grpo_step, opt_step=opt_step
             ):
-                break  # max_wall_seconds spent
-    finally:
-        if worker is not None:
-            worker.close()
+                break
+            continue
+        ro, raw_rewards, first, sampling_stats = filled
+        t_prepare = time.perf_counter()
+        # 2. Advantages of the rewards, by the registered estimator (use_std_normalization
+        # false selects grpo's version without the std, dr_grpo).
+        advantages, adv_meta = compute_advantages(
+            raw_rewards, cfg.group_size, cfg.estimator, cfg.advantage_eps
+        )
+        # 3. Tokenize once; 4. the sampling policy's log-probs, when the loss has a ratio
+        # (or TIS needs them); the engine's log-probs of the same tokens, checked against them
+        # (or against the first update's forward).
+        # Episodes as sampled, their observations out of the response mask; else the text.
+        tokens = rollout_tokens(ro, t.tokenizer)
+        old_log_probs = None
+        if cfg.scores_old_log_probs:
+            old_log_probs = fixed_log_probs(
+                t.model, tokens, device, score_micro, share_prompts=cfg.share_prompts
+            )
+        token_weights = check.start(
+            tokens.labels, tokens.response_mask, ro.completions, old_log_probs
+        )
+        offpolicy_stats = {}
+        if cfg.offpolicy_correction != "none":  # proximal: the old log-probs; behaviour: engine
+            token_weights, offpolicy_stats = correct_rollouts(cfg, old_log_probs, check.sampled)
+        offpolicy_stats.update(source.metrics(ro.versions, grpo_step))
+        ref_log_probs = None
+        if reference is not None:  # once per rollout batch, as the old log-probs
+            ref_log_probs = fixed_log_probs(
+                reference, tokens, device, score_micro, share_prompts=cfg.share_prompts
+            )
+        loss_mask = None
+        if cfg.overlong == "mask":
+            truncated = torch.tensor([c.finish_reason == "length" for c in ro.completions])
+            loss_mask = mask_truncated(tokens.response_mask, truncated)
+        scored = ScoredRollouts(
+            tokens=tokens,
+            raw_rewards=raw_rewards,
+            advantages=advantages,
+            old_log_probs=old_log_probs if cfg.needs_old_log_probs else None,
+            token_weights=token_weights,
+            ref_log_probs=ref_log_probs,
+            loss_mask=loss_mask,
+        )
+        # The policy's sample as drawn (dynamic sampling's first round): the verifier's reward,
+        # comparable with any other run's.
+        rollout_stats = {
+            **reward_means(first.scores),
+            **first.grade_metrics,  # this rollout batch's, repeated on each of its lines
+            "response_length": first.mean_length,
+            "rollout/truncated": first.truncated,
+            "frac_constant_groups": float(adv_meta["frac_constant_groups"]),
+            **sampling_stats,
+            **(episode_metrics(first.episodes) if first.episodes else {}),
+            **offpolicy_stats,
+        }
+        # Rollout-side timings go on the first optimizer step of this rollout batch; the later
+        # lines carry the same keys at 0, so every train line has the same time/ keys.
+        timings = {**ro.seconds, "time/prepare": time.perf_counter() - t_prepare}
+        # 5. Epochs over the rollout batch, each in a new order, in train batches.
+        for epoch in range(cfg.epochs_per_rollout_batch):
+            gen = torch.Generator().manual_seed(
+                step_seed(cfg.seed, Stream.GRPO_ORDER, grpo_step, epoch)
+            )
+            order = torch.randperm(cfg.rollout_batch_size, generator=gen)
+            for rows in order.split(cfg.train_batch_size):
+                t0 = time.perf_counter()
+                if cfg.sort_micro_batches:
+                    rows = rows[torch.argsort(tokens.lengths[rows], stable=True)]
+                if cfg.share_prompts:
+                    rows = grouped_order(rows, tokens.response_mask.sum(dim=1), cfg.group_size)
+                stats, checked = grpo_update(
+                    t.model,
+                    t.optimizer,
+                    t.scheduler,
+                    scored,
+                    rows,
+                    loss=cfg.loss,
+                    micro_batch_size=micro,
+                    device=device,
+                    max_grad_norm=cfg.max_grad_norm,
+                    share_prompts=cfg.share_prompts,
+                    engine_check=check.pending,  # the batch's first update measures the check
+                )
+                check.after_update(checked)
+                opt_step += 1
+                line = {"grpo_step": grpo_step + 1, **stats, **rollout_stats, **check.metrics}
+                line.update(timings)
+                line["time/train"] = time.perf_counter() - t0
+                t.run.log(line, step=opt_step, split="train")
+                t.run.maybe_exit(opt_step)
+                timings = dict.fromkeys(timings, 0.0)
+        grpo_step += 1
+        bar.update(1)
+        bar.set_postfix(reward=f"{rollout_stats['reward']:.3f}", refresh=False)
+        # 6. Evaluate every eval_every GRPO steps and at the end; save every save_every.
+        if after_iteration(
+            t, cfg.n_grpo_steps, source.state(), grpo_step=grpo_step, opt_step=opt_step
+        ):
+            break  # max_wall_seconds spent
     bar.close()
     return finish_training(t, step=opt_step)
 

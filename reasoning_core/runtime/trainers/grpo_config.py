@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Literal
 
+import torch
+
 import envs
 from envs.environment import ENVIRONMENTS, environment_names, make_environment
 from reasoning_core import (
@@ -157,7 +159,18 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
     rollout_worker: bool = False
     """Sample in a process of its own beside the learner (one torch thread each), overlapping
     sampling with training: step k's batch with the weights of step k - rollout_lag, as
-    in-process (the same batches; needs rollout_lag >= 1). docs/async.md."""
+    in-process (the same batches; needs rollout_lag >= 1 or max_staleness >= 1).
+    docs/async.md."""
+    max_staleness: int = 0
+    """Free-running rollout worker (needs rollout_worker and rollout_lag 0): the worker samples
+    batch after batch with the newest weights it holds, waiting only when it would run more
+    than max_staleness batches ahead of the learner; a batch more than max_staleness versions
+    older than the learner's weights is dropped, never trained on (logged as
+    async/dropped_batches). Not reproducible: which version samples which batch depends on
+    timing. 0: off (the fixed lag)."""
+    worker_device: str | None = None
+    """The device of the rollout worker's policy and engine, e.g. cuda:1 for a GPU of its own
+    (null: setting device, as the learner's). Needs rollout_worker."""
     sort_micro_batches: bool = False
     """Sort each train batch's rows by length before cutting it into micro batches, so a micro
     batch pads to a near-equal longest row: less padding computed, the same batch mean up to
@@ -288,6 +301,13 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
                 f"setting 'rollout_lag' ({self.rollout_lag}) runs in one process only, not "
                 f"under torchrun ({world} processes); set rollout_lag: 0 there (docs/async.md)"
             )
+        if self.max_staleness > 0:
+            # The worker is sent one process's whole weights; a sharded policy has none.
+            raise ConfigError(
+                f"setting 'max_staleness' ({self.max_staleness}) runs one rollout worker beside "
+                f"one learner, not under torchrun ({world} processes); set max_staleness: 0 "
+                "there (docs/async.md)"
+            )
         groups = self.n_prompts_per_rollout_batch
         if groups % world:
             raise ConfigError(
@@ -372,11 +392,7 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
                     "'none'"
                 )
         checks.check_non_negative(self, "rollout_lag")
-        if self.rollout_worker and self.rollout_lag < 1:
-            raise ConfigError(
-                "setting 'rollout_worker' needs rollout_lag >= 1: with lag 0 each batch waits "
-                "for the update before it, and there is nothing to overlap"
-            )
+        self._validate_worker()
         if self.rollout_worker and self.env != "single_turn":
             # The worker's episodes would cross processes untested; sample them in-process.
             raise ConfigError(
@@ -387,6 +403,48 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
             raise ConfigError(
                 f"setting 'rollout_lag' ({self.rollout_lag}) sets the engine's weights every "
                 f"step; setting 'sync_every' must be 1, got {self.sync_every}"
+            )
+
+    def _validate_worker(self) -> None:
+        """Settings ``rollout_worker``, ``max_staleness`` and ``worker_device``."""
+        checks.check_non_negative(self, "max_staleness")
+        if self.max_staleness and not self.rollout_worker:
+            raise ConfigError(
+                f"setting 'max_staleness' ({self.max_staleness}) bounds a free-running rollout "
+                "worker; set rollout_worker: true (or max_staleness: 0)"
+            )
+        if self.max_staleness and self.rollout_lag:
+            # Free running has no fixed version per batch; its bound is max_staleness.
+            raise ConfigError(
+                f"setting 'max_staleness' ({self.max_staleness}) runs the worker free, with the "
+                f"newest weights it holds; setting 'rollout_lag' must be 0 there, got "
+                f"{self.rollout_lag}"
+            )
+        if self.rollout_worker and self.rollout_lag < 1 and not self.max_staleness:
+            raise ConfigError(
+                "setting 'rollout_worker' needs rollout_lag >= 1 (or max_staleness >= 1): with "
+                "lag 0 each batch waits for the update before it, and there is nothing to "
+                "overlap"
+            )
+        if self.max_staleness and self.sync_every != 1:
+            raise ConfigError(
+                f"setting 'max_staleness' ({self.max_staleness}) sends the worker every "
+                f"version; setting 'sync_every' must be 1, got {self.sync_every}"
+            )
+        if self.worker_device is None:
+            return
+        if not self.rollout_worker:
+            raise ConfigError(
+                f"setting 'worker_device' ({self.worker_device!r}) places the rollout worker; "
+                "it needs rollout_worker: true"
+            )
+        try:
+            torch.device(self.worker_device)
+        except RuntimeError as exc:
+            raise ConfigError(f"setting 'worker_device': {exc}") from None
+        if self.worker_device.startswith("cuda") and not torch.cuda.is_available():
+            raise ConfigError(
+                f"setting 'worker_device' is {self.worker_device!r} but no CUDA GPU is available"
             )
 
     @property

@@ -1,8 +1,9 @@
 """A rollout worker beside the learner: GRPO's sampling in its own process, overlapped with
-training (setting ``rollout_worker: true``, with ``rollout_lag`` L >= 1).
+training (setting ``rollout_worker: true``, with ``rollout_lag`` L >= 1 or ``max_staleness``).
 
 The worker (:func:`worker_main`, started by :class:`RolloutWorker` with ``torch.multiprocessing``
-spawn) loads the policy from ``model_path`` into an engine of its own, one torch thread, and
+spawn) loads the policy from ``model_path`` into an engine of its own (on ``worker_device``
+when set), one torch thread, and
 produces the rollout batches of steps ``start, start + 1, ...`` in order into a bounded queue.
 Batch k is sampled with policy version ``max(0, k - L)`` (the weights after that many GRPO
 steps), which the learner sends after each update (:meth:`RolloutWorker.publish`); the worker
@@ -13,14 +14,26 @@ versions old. Questions, engine seeds and reward controls are the functions of
 trainer), so a run with the worker trains on the very batches of the in-process fixed-lag
 run: the same metrics apart from ``time/``.
 
-Shutdown: :meth:`RolloutWorker.close` stops and joins the worker (the learner calls it in a
-``finally``); a worker error comes back to the learner as a RuntimeError with the worker's
+Shutdown: :meth:`RolloutWorker.close` stops and joins the worker (the learner's
+:class:`WorkerRollouts` calls it on leaving its ``with``); a worker error comes back to the learner as a RuntimeError with the worker's
 traceback; the worker is a daemon and also leaves by itself when its parent is gone (a learner
 killed by a signal), so no process outlives the run.
+
+Free running (``max_staleness`` S >= 1, ``rollout_lag`` 0): the worker does not wait for a
+given version; it samples batch after batch (batch j with the questions and seeds of
+``(seed, j)``) with the newest weights it holds, and waits only when batch j would run more
+than S batches ahead of the learner's next take (:func:`_ahead`). The learner checks every
+batch's version at train time and drops one more than S versions old
+(:meth:`RolloutWorker.next_fresh`). Which version samples which batch depends on how fast each
+side runs: such a run is not reproducible.
+
+:class:`WorkerRollouts` is the GRPO loop's handle: a context manager that starts the worker
+with the first batch it is asked for and stops it on the way out.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import queue
 import sys
@@ -31,7 +44,11 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-from reasoning_core.runtime.training.offpolicy import FrozenWeights
+from reasoning_core.runtime.training.offpolicy import (
+    FrozenWeights,
+    PolicyVersions,
+    staleness_metrics,
+)
 
 POLL_SECONDS = 1.0  # how often a waiting side checks that the other is still there
 
@@ -61,7 +78,8 @@ def worker_main(
 ) -> None:
     """The worker process: sample steps ``start ..`` of ``cfg``'s run into ``batches`` as
     ``(step, filled)`` (``filled``: what ``sample_rollout_batch`` returns, its batch carrying
-    its policy version), taking versions from ``weights`` as ``(version, state_dict)``; on an
+    its policy version), taking versions from ``weights`` as ``(version, taken, state_dict)``
+    (``taken``: the batches the learner had taken when it sent them); on an
     error, ``("error", traceback)``; ends on ``stop`` (after the last step too, since the
     batches' tensors are shared through this process until the learner has them), or when
     the learner (``parent``) is gone. ``sample(cfg, tools, rollouts, step, weights)`` samples
@@ -72,36 +90,23 @@ def worker_main(
     try:
         import envs
 
+        if cfg.worker_device is not None:  # the worker's engine on a device of its own
+            cfg = copy.copy(cfg)
+            cfg.device = cfg.worker_device
+            device = torch.device(cfg.worker_device)
+            if device.type == "cuda" and device.index is not None:
+                torch.cuda.set_device(device)  # also where an engine allocates by itself
         setup_torch(cfg)
         task = envs.get_task(cfg.task)
         questions = load_questions(cfg, task, 1, "no training questions")
         rollouts = Rollouts.from_config(cfg, task, questions, sync_every=1)
         model, tokenizer = load_policy(cfg)
         tools = WorkerTools(make_engine(cfg, model, tokenizer))
-        held = dict(versions)
-        for step in range(start, cfg.n_grpo_steps):
-            need = max(0, step - cfg.rollout_lag)
-            while need not in held:  # the learner has not finished that update yet
-                if stop.is_set() or not _parent_alive(parent):
-                    return
-                try:
-                    version, state = weights.get(timeout=POLL_SECONDS)
-                except queue.Empty:
-                    continue
-                held[version] = state
-            for old in [v for v in held if v < need]:
-                del held[old]
-            filled = sample(cfg, tools, rollouts, step, FrozenWeights(held[need]))
-            if filled is not None:
-                filled[0].versions = [need] * len(filled[0].responses)
-            while True:  # the queue is bounded: wait for the learner to take a batch
-                if stop.is_set() or not _parent_alive(parent):
-                    return
-                try:
-                    batches.put((step, filled), timeout=POLL_SECONDS)
-                    break
-                except queue.Full:
-                    continue
+        link = _Link(weights, batches, stop, parent)
+        if cfg.max_staleness:
+            _run_free(cfg, start, tools, rollouts, link, sample)
+        else:
+            _run_lagged(cfg, start, versions, tools, rollouts, link, sample)
         # Tensors in the queue are shared through this process: it stays until told to stop.
         while not stop.wait(POLL_SECONDS):
             if not _parent_alive(parent):
@@ -113,9 +118,103 @@ def worker_main(
             print(traceback.format_exc(), file=sys.stderr)
 
 
+@dataclass
+class _Link:
+    """The worker's side of its queues: ``weights`` in, ``batches`` out, ``stop`` and the
+    learner's pid ``parent`` to notice the end by."""
+
+    weights: Any
+    batches: Any
+    stop: Any
+    parent: int
+
+    def stopped(self) -> bool:
+        return self.stop.is_set() or not _parent_alive(self.parent)
+
+    def receive(self) -> Any:
+        """The next ``(version, taken, state)`` sent, or None after a poll without one."""
+        try:
+            return self.weights.get(timeout=POLL_SECONDS)
+        except queue.Empty:
+            return None
+
+    def send(self, batch: int, filled: Any, version: int) -> bool:
+        """Put batch ``batch`` (its samples marked as drawn by ``version``) into the bounded
+        queue, waiting for the learner to take one; False when told to stop (or the learner is
+        gone) first."""
+        if filled is not None:
+            filled[0].versions = [version] * len(filled[0].responses)
+        while not self.stopped():
+            try:
+                self.batches.put((batch, filled), timeout=POLL_SECONDS)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+
+def _run_lagged(
+    cfg: Any,
+    start: int,
+    versions: dict[int, dict[str, torch.Tensor]],
+    tools: WorkerTools,
+    rollouts: Any,
+    link: _Link,
+    sample: Any,
+) -> None:
+    """Fixed lag: step k's batch with version ``max(0, k - rollout_lag)``, waiting for it."""
+    held = dict(versions)
+    for step in range(start, cfg.n_grpo_steps):
+        need = max(0, step - cfg.rollout_lag)
+        while need not in held:  # the learner has not finished that update yet
+            if link.stopped():
+                return
+            got = link.receive()
+            if got is not None:
+                held[got[0]] = got[2]
+        for old in [v for v in held if v < need]:
+            del held[old]
+        filled = sample(cfg, tools, rollouts, step, FrozenWeights(held[need]))
+        if not link.send(step, filled, need):
+            return
+
+
+def _ahead(batch: int, taken: int) -> int:
+    """How many batches past the learner's next take (``taken``: the batches it had taken
+    when it sent its newest weights) batch ``batch`` is: its staleness when trained, at most,
+    if sampled with those weights."""
+    return batch - taken
+
+
+def _run_free(
+    cfg: Any, start: int, tools: WorkerTools, rollouts: Any, link: _Link, sample: Any
+) -> None:
+    """Free running: batch ``start``, ``start + 1``, ... each with the newest weights held,
+    waiting only while the next batch would be more than ``max_staleness`` ahead."""
+    newest: tuple[int, int, dict[str, torch.Tensor]] | None = None
+    batch = start
+    while True:
+        while True:  # take every version sent; keep the newest
+            try:
+                newest = link.weights.get_nowait()
+            except queue.Empty:
+                break
+        while newest is None or _ahead(batch, newest[1]) > cfg.max_staleness:
+            if link.stopped():
+                return
+            newest = link.receive() or newest
+        version, _, state = newest
+        filled = sample(cfg, tools, rollouts, batch, FrozenWeights(state))
+        if not link.send(batch, filled, version):
+            return
+        batch += 1
+
+
 class RolloutWorker:
-    """The learner's handle on the worker process: :meth:`get` step k's batch (in order),
-    :meth:`publish` the weights after each update, :meth:`close` at the end."""
+    """The learner's handle on the worker process: :meth:`get` batch j (in order) or, free
+    running, :meth:`next_fresh`; :meth:`publish` the weights after each update; :meth:`close`
+    at the end. ``start``: the first batch the worker samples; ``dropped``: the batches a
+    free-running run has dropped so far (a resumed run's count)."""
 
     def __init__(
         self,
@@ -124,12 +223,16 @@ class RolloutWorker:
         versions: dict[int, dict[str, torch.Tensor]],
         make_engine: Any,
         sample: Any,
+        dropped: int = 0,
     ) -> None:
         ctx = mp.get_context("spawn")
         self.weights = ctx.Queue()
-        # The worker runs at most rollout_lag steps ahead; one more batch may wait here.
-        self.batches = ctx.Queue(maxsize=max(1, cfg.rollout_lag))
+        # The worker runs at most rollout_lag (or max_staleness) batches ahead; one more batch
+        # may wait here.
+        self.batches = ctx.Queue(maxsize=max(1, cfg.rollout_lag, cfg.max_staleness))
         self.stop = ctx.Event()
+        self.taken = start  # the batches the learner has taken (its next one's index)
+        self.dropped = dropped
         shared = {v: _cpu_copy(state) for v, state in versions.items()}
         self.process = ctx.Process(
             target=worker_main,
@@ -148,14 +251,18 @@ class RolloutWorker:
             name="rrl-rollout-worker",
         )
         self.process.start()
-        print(f"[grpo] rollout worker: pid {self.process.pid}", file=sys.stderr)
+        print(
+            f"[grpo] rollout worker: pid {self.process.pid} (from batch {start + 1})",
+            file=sys.stderr,
+        )
 
     def publish(self, version: int, model: torch.nn.Module) -> None:
         """Send the weights of ``version`` (the policy after that many GRPO steps)."""
-        self.weights.put((version, _cpu_copy(model.state_dict())))
+        self.weights.put((version, self.taken, _cpu_copy(model.state_dict())))
 
-    def get(self, step: int) -> Any:
-        """Step ``step``'s ``sample_rollout_batch`` result, sampled by the worker.
+    def get(self, batch: int) -> Any:
+        """Batch ``batch``'s ``sample_rollout_batch`` result, sampled by the worker (the
+        worker's batches come in order: ``batch`` is the next).
 
         Raises:
             RuntimeError: with the worker's traceback when it failed, or when it ended
@@ -168,14 +275,30 @@ class RolloutWorker:
                 if not self.process.is_alive():
                     raise RuntimeError(
                         f"the rollout worker (pid {self.process.pid}) ended with exit code "
-                        f"{self.process.exitcode} before sampling step {step + 1}"
+                        f"{self.process.exitcode} before sampling step {batch + 1}"
                     ) from None
                 continue
             if got == "error":
                 raise RuntimeError(f"the rollout worker failed:\n{filled}")
-            if got != step:
-                raise RuntimeError(f"the rollout worker sent step {got + 1}, expected {step + 1}")
+            if got != batch:
+                raise RuntimeError(f"the rollout worker sent step {got + 1}, expected {batch + 1}")
+            self.taken = batch + 1
             return filled
+
+    def next_fresh(self, step: int, max_staleness: int) -> Any:
+        """Free running: the next batch no more than ``max_staleness`` versions older than
+        ``step`` (the learner's version), dropping (and counting in :attr:`dropped`) every
+        older one: none is ever trained on."""
+        while True:
+            filled = self.get(self.taken)
+            if filled is None or step - filled[0].versions[0] <= max_staleness:
+                return filled
+            self.dropped += 1
+            print(
+                f"[grpo] step {step + 1}: dropped the rollout batch of version "
+                f"{filled[0].versions[0]}, more than max_staleness {max_staleness} old",
+                file=sys.stderr,
+            )
 
     def close(self) -> None:
         """Stop the worker and wait for it (terminate it when it does not stop in time)."""
@@ -187,6 +310,79 @@ class RolloutWorker:
         for q in (self.weights, self.batches):
             q.cancel_join_thread()
             q.close()
+
+
+class WorkerRollouts:
+    """Where the GRPO loop's rollout batches come from, as a context manager that stops the
+    worker on the way out (an error included): :meth:`batch` samples in-process, or with
+    ``rollout_worker`` asks the worker, started with the first batch asked for. ``versions``:
+    the policy versions of the fixed lag; ``sample(cfg, t, rollouts, step, sampler)`` and
+    ``make_engine`` are the trainer's (this layer imports none). ``extra``: a resumed run's
+    saved state."""
+
+    def __init__(
+        self,
+        cfg: Any,
+        versions: PolicyVersions,
+        sample: Any,
+        make_engine: Any,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.versions = versions
+        self.sample = sample
+        self.make_engine = make_engine
+        self.worker: RolloutWorker | None = None
+        self.dropped = int((extra or {}).get("dropped_batches", 0))
+
+    def __enter__(self) -> WorkerRollouts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.worker is not None:
+            self.worker.close()
+
+    def batch(self, t: Any, rollouts: Any, step: int) -> Any:
+        """Step ``step``'s ``sample_rollout_batch`` result, its batch carrying its versions."""
+        cfg = self.cfg
+        sampler = self.versions.sampler(step, t.model)
+        if not cfg.rollout_worker:
+            filled = self.sample(cfg, t, rollouts, step, sampler)
+        else:  # sampled beside the learner
+            if self.worker is None:
+                self.worker = RolloutWorker(
+                    cfg,
+                    step + self.dropped,  # free running: no batch index is sampled twice
+                    self.versions.versions,
+                    self.make_engine,
+                    self.sample,
+                    self.dropped,
+                )
+            self.worker.publish(step, t.model)
+            if cfg.max_staleness:
+                filled = self.worker.next_fresh(step, cfg.max_staleness)
+                self.dropped = self.worker.dropped
+                return filled
+            filled = self.worker.get(step)
+        if filled is not None:
+            filled[0].versions = [self.versions.version(step)] * len(filled[0].responses)
+        return filled
+
+    def metrics(self, versions: list[int], step: int) -> dict[str, float]:
+        """The staleness keys of a lagged or free-running run's train line (none in the
+        synchronous loop); free running also ``async/dropped_batches``, the run's count."""
+        cfg = self.cfg
+        out = staleness_metrics(versions, step) if cfg.rollout_lag or cfg.max_staleness else {}
+        if cfg.max_staleness:
+            out["async/dropped_batches"] = float(self.dropped)
+        return out
+
+    def state(self) -> dict[str, Any] | None:
+        """What the resumable state keeps: the fixed lag's versions, or a free-running run's
+        count of dropped batches (which with the steps gives the worker's next batch)."""
+        if self.cfg.max_staleness:
+            return {"dropped_batches": self.dropped}
+        return self.versions.state()
 
 
 def _cpu_copy(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

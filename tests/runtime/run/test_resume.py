@@ -159,3 +159,25 @@ def test_state_is_swapped_in_atomically_and_restores_everything(tmp_path):
     )
     # RNG streams continue from where they were at save time.
     assert (random.random(), float(np.random.rand()), float(torch.rand(()))) == expected
+
+
+def test_killed_free_running_run_resumes_from_its_state(world, tmp_path):
+    """A free-running worker's run (max_staleness 1), killed after optimizer step 5 (third
+    GRPO step), resumes from the state saved after the second: its worker starts again at
+    batch 3, the one after the last batch trained into that state (the batches in flight died
+    with the killed run), and the run ends with every step trained once, each within the
+    bound. (Which version sampled which batch is timing's: no comparison of metrics.)"""
+    cfg = {**GRPO, "rollout_worker": True, "max_staleness": 1}
+    out = tmp_path / "killed"
+    first = _subprocess_run("grpo", cfg, world, out, exit_after=5)
+    assert first.returncode == 3, first.stderr[-2000:]
+    assert "(from batch 1)" in first.stderr
+    second = _subprocess_run("grpo", cfg, world, out, exit_after=None)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "resumed from" in second.stderr and "(from batch 3)" in second.stderr
+    lines = [r for r in read_metrics(out) if r["split"] == "train"]
+    assert [r["step"] for r in lines] == list(range(1, 9))
+    assert [r["grpo_step"] for r in lines] == [1, 1, 2, 2, 3, 3, 4, 4]
+    assert all(r["async/staleness_max"] <= 1 for r in lines)
+    assert all(r["async/dropped_batches"] == 0 for r in lines)
+    assert (out / "done.json").is_file()

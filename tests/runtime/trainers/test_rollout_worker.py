@@ -4,7 +4,7 @@
   ``time/`` keys, and equal final weights;
 * a failure in the worker reaches the learner as an error with the worker's traceback, and
   the worker is gone afterwards;
-* a learner killed by SIGTERM leaves no worker process behind;
+* a learner killed by SIGTERM leaves no worker process behind, fixed-lag or free-running;
 * the worker needs a lag of at least 1.
 """
 
@@ -81,8 +81,13 @@ def _gone(pid: int) -> bool:
     return "State:\tZ" in state  # exited; only its parent's reaping is left
 
 
-def test_sigterm_leaves_no_worker_behind(world, tmp_path):
-    cfg = {**LAGGED, "rollout_worker": True, "n_grpo_steps": 200, "model_path": str(world)}
+# The free-running worker (max_staleness) instead of the fixed lag.
+FREE = {**LAGGED, "rollout_lag": 0, "max_staleness": 1}
+
+
+@pytest.mark.parametrize("base", [LAGGED, FREE], ids=["lagged", "free"])
+def test_sigterm_leaves_no_worker_behind(world, tmp_path, base):
+    cfg = {**base, "rollout_worker": True, "n_grpo_steps": 200, "model_path": str(world)}
     log = tmp_path / "stderr.txt"
     env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "reasoning_core.runtime.cli", "grpo", *sets(cfg)]
