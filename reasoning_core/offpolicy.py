@@ -31,6 +31,7 @@ import torch
 
 from ._typing import Float, Shaped, Tensor
 from .correction import _masked_diff as _log_ratio  # log(prox / behaviour), 0 off the mask
+from .correction import tis_weights
 from .masked import masked_mean_or_zero
 from .registry import (
     OFFPOLICY_CORRECTIONS,
@@ -88,13 +89,12 @@ def no_correction(proximal, behaviour, mask, settings):
     note="truncated importance sampling: weights above the cap are cut to it",
 )
 def tis_correction(proximal, behaviour, mask, settings):
-    r"""Truncated importance sampling, :math:`w_t = \min(r_t, C)` (Yao et al. 2025); the
-    same weights as :func:`reasoning_core.tis_weights`."""
-    diff, keep = _log_ratio(proximal, behaviour, mask)
-    ratio = torch.exp(diff)
-    cap = settings["tis_cap"]
-    weights = torch.clamp(ratio, max=cap)
-    return weights, _metadata(weights, keep, torch.zeros_like(keep), ratio > cap)
+    r"""Truncated importance sampling, :math:`w_t = \min(r_t, C)` (Yao et al. 2025):
+    :func:`reasoning_core.tis_weights` itself, its clipped share reported as truncated."""
+    weights, tis = tis_weights(proximal, behaviour, mask, settings["tis_cap"])
+    none = torch.zeros_like(mask, dtype=torch.bool)
+    meta = _metadata(weights, mask != 0, none, none)  # the mask as _log_ratio keeps it
+    return weights, {**meta, "truncated": tis["tis_clipped"]}
 
 
 @register_offpolicy_correction(
