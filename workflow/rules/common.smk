@@ -101,8 +101,15 @@ if NODES > 1 and GPUS < 1:
     raise ValueError(
         f"nodes_per_run is {NODES}: a run spread over several nodes needs gpus_per_run >= 1"
     )
+# GPUs a training job holds beyond its processes' for a rollout worker (worker_device).
+WORKER_GPUS = config["worker_gpus_per_run"]
+if WORKER_GPUS and (GPUS != 1 or NODES != 1):
+    raise ValueError(
+        f"worker_gpus_per_run is {WORKER_GPUS}: a rollout worker runs beside one learner "
+        f"process, which needs gpus_per_run 1 and nodes_per_run 1 (got {GPUS} and {NODES})"
+    )
 TRAIN_LAUNCH = training_launcher(GPUS, NODES)
-TRAIN_RESOURCES = training_resources(GPUS, NODES)
+TRAIN_RESOURCES = training_resources(GPUS + WORKER_GPUS, NODES)
 # Evaluation, sampling and the plots run in one process: one GPU where the study has GPUs.
 EVAL_GPUS = min(GPUS, 1)
 
