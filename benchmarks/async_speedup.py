@@ -1,16 +1,20 @@
-"""Wall time and final accuracy of tiny-world GRPO, synchronous against a rollout worker at lag 1.
+"""Wall time and final accuracy of tiny-world GRPO, synchronous against a rollout worker.
 
-The same run two ways, per seed:
+The same run two (or more) ways, per seed:
 
 - ``sync``: ``rrl grpo`` as the study runs it: sample, train, sync, in one process;
 - ``worker``: ``rollout_lag: 1`` and ``rollout_worker: true``: a second process samples step
-  k + 1 with the weights of step k while the learner trains on step k (docs/async.md).
+  k + 1 with the weights of step k while the learner trains on step k (docs/async.md);
+- ``free``: ``rollout_worker: true`` and ``max_staleness: 1``: the worker samples with the
+  newest weights it holds, at most one version behind (not reproducible).
+
+``--ways`` picks them (default ``sync worker``); every way is compared with ``sync``.
 
 Each process has one torch thread, so on a 2-core machine the worker and the learner each have
 a core. A run's time is its launch's (start-up and model loading included) and ``done.json``'s
 ``wall_seconds``; its accuracy is ``done.json``'s ``eval_accuracy`` (the final evaluation).
-The two ways alternate, their order swapped every seed, so a slow spell of the machine hits
-both. Printed: per seed the times and accuracies; the speed-up (sync time over worker time)
+The ways alternate, their order reversed every seed, so a slow spell of the machine hits
+each. Printed: per seed the times and accuracies; the speed-up (sync time over worker time)
 per seed, its median and mean with a 95% interval; each way's mean accuracy with its 95%
 interval (reasoning_core/runtime/report/bands.py) and whether the worker's mean lies inside
 the synchronous interval; the machine's core count and load average before and after.
@@ -63,7 +67,11 @@ TINY = {
     "eval_max_tokens": 16,
     "train_examples": 32,
 }
-WAYS = {"sync": {}, "worker": {"rollout_lag": 1, "rollout_worker": True}}
+WAYS = {
+    "sync": {},
+    "worker": {"rollout_lag": 1, "rollout_worker": True},
+    "free": {"rollout_worker": True, "max_staleness": 1},
+}
 
 
 def launch(model: str, out: Path, settings: dict) -> dict:
@@ -92,14 +100,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--tiny", action="store_true", help="toy sizes: a plumbing check")
     parser.add_argument("--out", help="keep the runs here (default: a temporary folder)")
+    parser.add_argument(
+        "--ways", nargs="+", choices=list(WAYS), default=["sync", "worker"], help="sync first"
+    )
     args = parser.parse_args(argv)
+    if args.ways[0] != "sync" or len(args.ways) < 2:
+        parser.error("--ways: sync first, then at least one other way")
     settings = {**SETTINGS, **(TINY if args.tiny else {})}
     print(f"cores {os.cpu_count()}, load average before {os.getloadavg()}")
-    results: dict[str, list[dict]] = {way: [] for way in WAYS}
+    results: dict[str, list[dict]] = {way: [] for way in args.ways}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.out or tmp)
         for i, seed in enumerate(args.seeds):
-            order = list(WAYS) if i % 2 == 0 else list(reversed(WAYS))
+            order = list(args.ways) if i % 2 == 0 else list(reversed(args.ways))
             for way in order:
                 out = root / f"{way}_seed{seed}"
                 got = launch(args.model, out, {**settings, **WAYS[way], "seed": seed})
@@ -110,20 +123,21 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
     print(f"load average after {os.getloadavg()}")
-    for key in ("launch", "run"):
-        ratios = [s[key] / w[key] for s, w in zip(results["sync"], results["worker"], strict=True)]
-        print(
-            f"speed-up ({key} time, sync / worker) per seed "
-            + ", ".join(f"{r:.3f}" for r in ratios)
-            + f"; median {statistics.median(ratios):.3f}; mean {interval_text(ratios)}"
-        )
     sync_acc = [r["accuracy"] for r in results["sync"]]
-    worker_acc = [r["accuracy"] for r in results["worker"]]
     band = mean_interval(sync_acc)
-    inside = band.lo <= statistics.fmean(worker_acc) <= band.hi
     print(f"accuracy sync {interval_text(sync_acc)}")
-    print(f"accuracy worker {interval_text(worker_acc)}")
-    print(f"worker mean accuracy inside the sync interval: {inside}")
+    for way in args.ways[1:]:
+        for key in ("launch", "run"):
+            ratios = [s[key] / w[key] for s, w in zip(results["sync"], results[way], strict=True)]
+            print(
+                f"speed-up ({key} time, sync / {way}) per seed "
+                + ", ".join(f"{r:.3f}" for r in ratios)
+                + f"; median {statistics.median(ratios):.3f}; mean {interval_text(ratios)}"
+            )
+        way_acc = [r["accuracy"] for r in results[way]]
+        inside = band.lo <= statistics.fmean(way_acc) <= band.hi
+        print(f"accuracy {way} {interval_text(way_acc)}")
+        print(f"{way} mean accuracy inside the sync interval: {inside}")
     return 0
 
 

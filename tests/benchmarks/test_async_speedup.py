@@ -26,3 +26,20 @@ def test_tiny_mode_runs_both_ways_and_prints_ratios_and_bands(tmp_path, capsys):
     assert re.search(r"^accuracy sync \d\.\d{4} \[", out, re.M)
     assert re.search(r"^accuracy worker \d\.\d{4} \[", out, re.M)
     assert "load average before" in out and "load average after" in out
+
+
+@pytest.mark.slow
+def test_tiny_mode_compares_the_free_running_worker(tmp_path, capsys):
+    world = build_world(tmp_path / "world")
+    script = load_script("benchmarks/async_speedup.py")
+    argv = ["--tiny", "--model", str(world), "--seeds", "0", "1", "--ways", "sync", "free"]
+    assert script.main(argv) == 0
+    out = capsys.readouterr().out
+    for seed in (0, 1):
+        assert re.search(rf"^seed {seed} free +launch \d+\.\d s", out, re.M)
+    assert re.findall(r"^speed-up \((launch|run) time, sync / free\)", out, re.M) == [
+        "launch",
+        "run",
+    ]
+    assert re.search(r"^accuracy free \d\.\d{4} \[", out, re.M)
+    assert "seed 0 worker" not in out
