@@ -148,3 +148,40 @@ def test_a_sync_that_stopped_would_be_caught(tmp_path, monkeypatch):
     assert len(engine.checks) == 3
     assert engine.checks[0][0] <= TOLERANCE  # vLLM started from the initial weights
     assert all(gap > 100 * TOLERANCE for gap, _ in engine.checks[1:]), engine.checks
+
+
+def test_grpo_trains_on_calculator_episodes_with_vllm(tmp_path, monkeypatch):
+    """``env: calculator`` with ``engine: vllm``: one episode of each group calls the
+    calculator in its first turn (scripted, as in test_grpo_tools.py), its later turns go to
+    vLLM as token ids, the episodes train, and vLLM's log-probs of the policy's sampled tokens
+    agree with the policy's forward on the trained rows."""
+    from test_grpo_tools import OneCallPerGroup
+
+    model = save_tiny_model(tmp_path / "model")
+    engines: list[OneCallPerGroup] = []
+    real = run.make_rollout_engine
+
+    def make(cfg, policy, tokenizer):
+        engines.append(OneCallPerGroup(real(cfg, policy, tokenizer), tokenizer))
+        return engines[-1]
+
+    monkeypatch.setattr(run, "make_rollout_engine", make)
+    monkeypatch.setattr(sampling, "grade", first_of_each_group)
+    cfg = {**CFG, "model_path": str(model), "env": "calculator", "sampling_max_tokens": 48}
+    cfg.update(tool_prompt="r1_zero", tool_bonus=0.5, sampling_min_tokens=0)
+    args = [a for k, v in cfg.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+    try:
+        assert grpo.main([*args, "--out", str(tmp_path / "run")]) == 0
+    finally:
+        for engine in engines:
+            engine.inner.close()
+    (engine,) = engines
+    assert engine.token_prompts > 0  # later turns went to vLLM as token ids
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    train = [r for r in lines if r.get("split") == "train"]
+    assert len(train) == CFG["n_grpo_steps"]
+    for r in train:
+        assert r["tool/call_rate"] >= 1 / GROUP and r["tool/observation_tokens"] > 0
+        assert r["tool/bonus"] >= 0.5 / GROUP
+        assert 0 < r["rollout/logprob_aligned"] <= 1
+        assert r["rollout/logprob_diff_max"] <= TOLERANCE
