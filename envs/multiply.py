@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envs.arithmetic import ITEMS, NAMES, _load_jsonl
-from envs.base import Example, Task, Trace
+from envs.arithmetic import ITEMS, NAMES, ArithmeticTask
+from envs.base import Example, Trace
 
 CONTAINERS = ("boxes", "bags", "rows", "shelves")
 
@@ -102,16 +102,17 @@ def head_reasoning(problem: Product) -> str:
     return f"{problem.a} * {problem.b} = {problem.answer}."
 
 
-class MultiplyTask(Task):
-    """Seeded multiplication word problems (see the module docstring)."""
+class MultiplyTask(ArithmeticTask):
+    """Seeded multiplication word problems (see the module docstring). The splits are drawn
+    as the arithmetic task draws its own (:class:`~envs.arithmetic.ArithmeticTask`: the test
+    set from its seed, training problems distinct and outside it by :attr:`Product.key`)."""
 
     name = "multiply"
-    splits = ("train", "test")
     templates = ("r1_zero",)
 
     def __init__(self, config: MultiplyConfig | None = None):
         self.config = config or MultiplyConfig()
-        self._test: list[Product] | None = None
+        self._test = None
 
     def sample_problem(self, rng: random.Random) -> Product:
         c = self.config
@@ -128,66 +129,13 @@ class MultiplyTask(Task):
         n = self.config.max_factor - self.config.min_factor + 1
         return n * (n + 1) // 2
 
-    def test_problems(self) -> list[Product]:
-        if self._test is None:
-            rng = random.Random(self.config.test_seed)
-            self._test = list(self._distinct(rng, set(), self.config.test_size))
-        return self._test
-
-    def test_keys(self) -> frozenset:
-        return frozenset(p.key for p in self.test_problems())
-
-    def train_problems(self, n: int, *, seed: int | None = None) -> Iterator[Product]:
-        """``n`` distinct training problems, none sharing its factors with a test problem."""
-        rng = random.Random(self.config.train_seed if seed is None else seed)
-        yield from self._distinct(rng, set(self.test_keys()), n)
-
-    def _distinct(self, rng: random.Random, exclude: set, n: int) -> Iterator[Product]:
-        room = self.distinct_problems() - len(exclude)
-        if n > room:
-            raise ValueError(
-                f"multiply: {n} distinct problems asked for, {room} exist with factors "
-                f"{self.config.min_factor}..{self.config.max_factor} outside the test set"
-            )
-        seen = set(exclude)
-        produced = 0
-        while produced < n:
-            p = self.sample_problem(rng)
-            if p.key in seen:
-                continue
-            seen.add(p.key)
-            produced += 1
-            yield p
-
-    def available(self, split: str, path: str | Path | None = None) -> int:
-        self.check_split(split)
-        if path is not None or split == "test":
-            return super().available(split, path)
-        return self.distinct_problems() - len(self.test_keys())
-
-    def load(
-        self, split: str, path: str | Path | None = None, limit: int | None = None
-    ) -> list[Example]:
-        """Generate ``split`` (or read problems from a JSONL ``path`` with ``question`` and an
-        integer ``ground_truth``), at most ``limit`` of them."""
-        self.check_split(split)
-        if limit is not None and limit < 0:
-            raise ValueError(f"limit must be >= 0 or None, got {limit}")
-        if path is not None:
-            return _load_jsonl(path, split, limit)
-        if split == "test":
-            problems = self.test_problems()[: limit if limit is not None else None]
-        else:
-            problems = list(self.train_problems(self.config.train_size if limit is None else limit))
-        return [
-            Example(
-                id=f"multiply/{split}/{i}",
-                question=p.question(),
-                ground_truth=str(p.answer),
-                extra={"factors": [p.a, p.b]},
-            )
-            for i, p in enumerate(problems)
-        ]
+    def example(self, problem: Product, id_: str) -> Example:
+        return Example(
+            id=id_,
+            question=problem.question(),
+            ground_truth=str(problem.answer),
+            extra={"factors": [problem.a, problem.b]},
+        )
 
     def traces(
         self,

@@ -45,7 +45,7 @@ def test_questions_state_the_factors_and_the_truth_is_their_product():
 
 def test_too_many_problems_refused_by_name():
     small = MultiplyTask(MultiplyConfig(min_factor=2, max_factor=4, test_size=2))
-    with pytest.raises(ValueError, match="distinct problems asked for"):
+    with pytest.raises(ValueError, match="multiply: cannot find 5 distinct problems"):
         small.load("train", limit=5)
     with pytest.raises(ValueError, match="tool_fraction"):
         MultiplyConfig(tool_fraction=1.5)
