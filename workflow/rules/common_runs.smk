@@ -264,6 +264,7 @@ TRAINING_PANELS = {
         "train/tool/call_rate",
         "train/tool/turns",
         "train/tool/errors",
+        "eval/tool/call_rate",
         "train/response_length",
         *EVAL_PANELS,
     ],
