@@ -58,5 +58,6 @@ rule all:
     input:
         summary=rules.summary.output.tsv,
         ablations=rules.ablations.output.tsv,
+        tool_use=TOOL_USE_TARGETS,
         plots=ALL_PLOTS,
         eval_suite=EVAL_SUITE_TARGETS,

@@ -3,7 +3,8 @@ five-benchmark evaluation suite (AIME24, AMC23, MATH500, Minerva Math, OlympiadB
 
 Public API (see ARCHITECTURE.md, section envs):
 
-* `get_task(name) -> Task` for `math`, `gsm8k`, `countdown`, `arithmetic` and the suite's
+* `get_task(name) -> Task` for `math`, `gsm8k`, `countdown`, `arithmetic`, `multiply` (two-digit
+  products, where the calculator tool pays) and the suite's
   `aime24`, `amc23`, `math500`, `minerva_math`, `olympiadbench` (`envs.suite`), and the
   supplement's `mmlu` and `gsm8k_supplement` (`envs.supplement`, which also reads and writes
   AlpacaEval and SimpleSafetyTests);
@@ -28,6 +29,7 @@ _TASKS = {
     "gsm8k": "envs.tasks:GSM8K",
     "countdown": "envs.tasks:COUNTDOWN",
     "arithmetic": "envs.arithmetic:TASK",
+    "multiply": "envs.multiply:TASK",
     # the five-benchmark evaluation suite (envs/suite.py; split `test` only)
     "aime24": "envs.suite:AIME24",
     "amc23": "envs.suite:AMC23",

@@ -232,7 +232,7 @@ class ArithmeticTask(Task):
                 misses += 1
                 if misses > 100_000:
                     raise ValueError(
-                        f"arithmetic: cannot find {n} distinct problems with {self.config}; "
+                        f"{self.name}: cannot find {n} distinct problems with {self.config}; "
                         "widen the number range or the step count"
                     )
                 continue
@@ -257,7 +257,11 @@ class ArithmeticTask(Task):
         else:
             n = self.config.train_size if limit is None else limit
             problems = list(self.train_problems(n))
-        return [to_example(p, f"arithmetic/{split}/{i}") for i, p in enumerate(problems)]
+        return [self.example(p, f"{self.name}/{split}/{i}") for i, p in enumerate(problems)]
+
+    def example(self, problem: Problem, id_: str) -> Example:
+        """``problem`` as an :class:`Example` (a task built on this one words its own)."""
+        return to_example(problem, id_)
 
     def traces(
         self,

@@ -113,8 +113,15 @@ class CalculatorEnvironment(Environment):
     call ends the episode, graded as the task grades a response (the r1_zero reward of the
     whole transcript). ``max_calls`` calls are answered; a call past them ends the episode.
 
-    The prompt is ``r1_zero_calc`` (``r1_zero`` with one sentence that shows the syntax): the
-    answer format, and so the reward function, are r1_zero's."""
+    The prompt is ``prompt``: ``r1_zero_calc`` (``r1_zero`` with one sentence that shows the
+    syntax; the default) or ``r1_zero`` itself, for a model that learnt the syntax elsewhere
+    (e.g. SFT on tool transcripts) or whose context is too short for the longer prompt. The
+    answer format, and so the reward function, are r1_zero's.
+
+    ``bonus``: added to the reward of an episode in which at least one call was answered
+    without an error (a shaping term for training, as in verl's GSM8K tool example; the
+    task's ``answer_reward`` is unchanged). :meth:`bonus_earned` gives it; with ``grade``
+    the last step's reward includes it."""
 
     name = "calculator"
     summary = (
@@ -124,9 +131,17 @@ class CalculatorEnvironment(Environment):
     OPEN, CLOSE = "<calc>", "</calc>"
     stop = (CLOSE,)
     CALL = re.compile(r"<calc>(.*)</calc>\s*\Z", re.DOTALL)
+    PROMPTS = ("r1_zero_calc", "r1_zero")
 
     def __init__(
-        self, task: Task, template: str = "r1_zero", *, grade: bool = True, max_calls: int = 4
+        self,
+        task: Task,
+        template: str = "r1_zero",
+        *,
+        grade: bool = True,
+        max_calls: int = 4,
+        prompt: str = "r1_zero_calc",
+        bonus: float = 0.0,
     ) -> None:
         if template != "r1_zero":
             raise ValueError(
@@ -135,12 +150,26 @@ class CalculatorEnvironment(Environment):
             )
         if max_calls < 1:
             raise ValueError(f"max_calls must be >= 1, got {max_calls}")
+        if prompt not in self.PROMPTS:
+            raise ValueError(f"prompt must be one of {list(self.PROMPTS)}, got {prompt!r}")
+        if not 0.0 <= bonus <= 1.0:
+            raise ValueError(f"bonus must lie in [0, 1], got {bonus}")
         super().__init__(task, template, grade=grade)
-        self.max_calls = max_calls
+        self.max_calls, self.prompt_name, self.bonus = max_calls, prompt, bonus
         self.calls = self.errors = 0
 
     def prompt(self, problem: Example) -> str:
-        return render(load_prompt("r1_zero_calc"), self.task.prompt_fields(problem))
+        return render(load_prompt(self.prompt_name), self.task.prompt_fields(problem))
+
+    def bonus_earned(self) -> float:
+        """``bonus`` when a call of this episode was answered without an error, else 0."""
+        return self.bonus if self.calls > self.errors else 0.0
+
+    def finish(self, info: dict[str, Any]) -> Step:
+        step = super().finish({**info, "tool_bonus": self.bonus_earned()})
+        if not step.info["graded"]:
+            return step
+        return step._replace(reward=step.reward + step.info["tool_bonus"])
 
     def reset(self, problem: Example) -> str:
         self.calls = self.errors = 0

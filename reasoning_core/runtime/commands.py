@@ -62,6 +62,7 @@ COMMANDS: dict[str, Command] = {
     "seeds": Command(f"{_R}.report", "one run across seeds: mean, std, 95% interval"),
     "ablations": Command(f"{_R}.report", "each ablation against its baseline, with bands"),
     "robustness": Command(f"{_R}.report", "which comparisons hold on every base model"),
+    "tool-use": Command(f"{_R}.report", "whether multi-turn runs keep calling their tool"),
     "sft-data": Command("envs.sft_data", "build r1_zero SFT examples from a task's own solutions"),
     "gpu-check": Command(f"{_R}.gpu_check", "prepared GPU readiness check"),
     "docs": Command(f"{_R}.settings.docs", "write docs/configuration.md from the code"),

@@ -25,6 +25,7 @@ TASK_TEMPLATES = [
     ("countdown", "countdown"),
     ("arithmetic", "r1_zero"),
     ("arithmetic", "question_only"),
+    ("multiply", "r1_zero"),
 ]
 
 
@@ -139,6 +140,44 @@ def test_calculator_settings_refused():
         make_environment("calculator", task, "question_only")
     with pytest.raises(ValueError, match="max_calls"):
         make_environment("calculator", task, max_calls=0)
+    with pytest.raises(ValueError, match="prompt must be one of"):
+        make_environment("calculator", task, prompt="question_only")
+    for bonus in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="bonus must lie in"):
+            make_environment("calculator", task, bonus=bonus)
+
+
+def test_calculator_prompt_r1_zero_is_the_tasks(calc):
+    """prompt r1_zero: exactly the task's r1_zero prompt, no word about the tool."""
+    _, example = calc
+    task = envs.get_task("arithmetic")
+    env = make_environment("calculator", task, prompt="r1_zero")
+    prompt = env.reset(example)
+    assert prompt == task.format_prompt(example, "r1_zero") and "<calc>" not in prompt
+
+
+@pytest.mark.parametrize("grade", [True, False])
+def test_calculator_bonus_for_an_answered_call(calc, grade):
+    """The bonus goes to an episode with a call answered without an error, on top of the
+    task's reward; a refused call or no call earns none; answer_reward stays the task's."""
+    _, example = calc
+    env = make_environment("calculator", envs.get_task("arithmetic"), bonus=0.25, grade=grade)
+    cases = [
+        (["<calc>12*34</calc>", " </think> <answer> 408 </answer>"], 0.25, 1.0),
+        (["<calc>12*34</calc>", " </think> <answer> 1 </answer>"], 0.25, 0.0),
+        (["<calc>12*x</calc>", " </think> <answer> 408 </answer>"], 0.0, 1.0),
+        (["</think> <answer> 408 </answer>"], 0.0, 1.0),
+    ]
+    for texts, bonus, answer in cases:
+        env.reset(example)
+        for text in texts:
+            step = env.step(text)
+        assert step.done and step.info["tool_bonus"] == bonus
+        if grade:
+            assert step.reward == pytest.approx(answer + bonus)
+            assert step.info["scores"]["answer_reward"] == answer
+        else:
+            assert step.reward == 0.0 and not step.info["graded"]
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,10 @@ FAMILY_INFO = {
         "grpo",
         "asynchronous GRPO: rollout lag x off-policy correction, and the losses at lag 4",
     ),
+    "grpo_tools": (
+        "grpo",
+        "GRPO with a calculator against none, and with a bonus for calling it",
+    ),
 }
 FAMILIES = [name for name in FAMILY_INFO if name in config["families"]]
 # Families whose accuracy is also drawn against wall-clock time.
@@ -76,6 +80,11 @@ if canonical_variant("sft", LEADERBOARD_SFT_RUN) != LEADERBOARD_SFT_RUN:
 LEADERBOARD_STARTS_FROM_SFT = (
     "leaderboard" in config["families"] and config["leaderboard"].get("init", "sft") == "sft"
 )
+# Setting grpo_init: sft starts every GRPO family's runs, seed N, from seed N of that SFT run
+# too (the tool study's start knows the calculator's syntax from it); base: the base model.
+GRPO_STARTS_FROM_SFT = config.get("grpo_init", "base") == "sft" and any(
+    FAMILY_INFO[f][0] == "grpo" for f in FAMILIES
+)
 
 # Final-accuracy comparison of the methods at their default settings; in a study without an
 # SFT family, the SFT run the leaderboard recipe starts from is drawn too (where GRPO began).
@@ -88,7 +97,8 @@ METHOD_RUNS = _unique(
     ]
     + (
         [f"{R}/sft/{LEADERBOARD_SFT_RUN}"]
-        if LEADERBOARD_STARTS_FROM_SFT and not any(FAMILY_INFO[f][0] == "sft" for f in FAMILIES)
+        if (LEADERBOARD_STARTS_FROM_SFT or GRPO_STARTS_FROM_SFT)
+        and not any(FAMILY_INFO[f][0] == "sft" for f in FAMILIES)
         else []
     )
     + ([f"{R}/leaderboard"] if "leaderboard" in config["families"] else [])
@@ -105,6 +115,7 @@ ALL_RUNS = _unique(
     + [run for family in FAMILIES for run in FAMILY_RUNS[family]]
     + ([f"{R}/sft/{LEADERBOARD_SFT_RUN}"] if LEADERBOARD_STARTS_FROM_SFT else [])
     + ([f"{R}/sft/{LEADERBOARD_SFT_RUN}"] if DPO_STARTS_FROM_SFT else [])
+    + ([f"{R}/sft/{LEADERBOARD_SFT_RUN}"] if GRPO_STARTS_FROM_SFT else [])
 )
 
 
@@ -247,6 +258,16 @@ TRAINING_PANELS = {
         "train/grad_norm",
         *EVAL_PANELS,
     ],
+    "grpo_tools": [
+        "train/reward",
+        "train/answer_reward",
+        "train/tool/call_rate",
+        "train/tool/turns",
+        "train/tool/errors",
+        "eval/tool/call_rate",
+        "train/response_length",
+        *EVAL_PANELS,
+    ],
     "grpo_mismatch": [
         "train/reward",
         "train/rollout/logprob_diff_mean",
@@ -294,6 +315,14 @@ def family_panels(wildcards):
 def leaderboard_sft_seed(wildcards):
     """done.json of the same seed of SFT run `leaderboard.sft_run`."""
     return expand(rules.sft.output.done, variant=LEADERBOARD_SFT_RUN, seed=wildcards.seed)[0]
+
+
+def grpo_init(wildcards):
+    """done.json of the run a GRPO family run's seed starts from: with setting grpo_init sft,
+    the same seed of SFT run `leaderboard.sft_run`; else none (the base model)."""
+    if GRPO_STARTS_FROM_SFT:
+        return [leaderboard_sft_seed(wildcards)]
+    return []
 
 
 def leaderboard_init(wildcards):

@@ -1,11 +1,13 @@
 # GRPO: the default run and every ablation (learning rate, baseline, length normalization,
 # std normalization, off-policy, clipping, prompt). Each ablation table lists the settings its
-# runs change; the default run is their shared control, trained once.
+# runs change; the default run is their shared control, trained once. Each starts from the base
+# model, or (setting grpo_init: sft) from the same seed of the SFT run `leaderboard.sft_run`.
 
 
 use rule sft as grpo with:
     input:
         base=base_model_input(),
+        init=grpo_init,
     output:
         done=f"{R}/grpo/{{variant}}/seed~{{seed}}/done.json",
     log:
@@ -17,7 +19,7 @@ use rule sft as grpo with:
         section=section_digest("grpo"),
         command="grpo",
         out=run_dir,
-        model=base_model,
+        model=init_model,
         settings=command_settings("grpo"),
         variant=variant_args,
 

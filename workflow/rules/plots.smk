@@ -158,3 +158,27 @@ rule ablations:
         "../envs/rrl.yaml"
     shell:
         "rrl ablations --summary {input.tsv} --out {output.tsv} > {log} 2>&1"
+
+
+# Whether the tool runs keep calling their tool, and how they compare (rrl tool-use): in a
+# study with the grpo_tools family only.
+TOOL_USE_TARGETS = [f"{R}/tool_use.tsv"] if "grpo_tools" in FAMILIES else []
+
+
+rule tool_use:
+    input:
+        runs=lambda wildcards: runs_done(FAMILY_RUNS.get("grpo_tools", [])),
+    output:
+        tsv=report(
+            f"{R}/tool_use.tsv",
+            caption="../report/tool_use.rst",
+            category="summary",
+        ),
+    log:
+        f"{R}/logs/tool_use.log",
+    conda:
+        "../envs/rrl.yaml"
+    params:
+        runs=FAMILY_RUNS.get("grpo_tools", []),
+    shell:
+        "rrl tool-use {params.runs} --root {R} --out {output.tsv} > {log} 2>&1"

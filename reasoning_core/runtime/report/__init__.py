@@ -42,6 +42,10 @@ seeds as JSON (the workflow's target for one run across seeds).
 ``rrl ablations --summary summary.tsv --out ablations.tsv`` compares each ablation with its
 baseline across seeds: the mean difference and its 95% Welch interval
 (:mod:`reasoning_core.runtime.report.ablations`).
+
+``rrl tool-use RUN... --out tool_use.tsv`` says whether each multi-turn run keeps calling its
+tool (the evaluations' call rate at the end against the start) and compares the tool runs
+(:mod:`reasoning_core.runtime.report.tool_use`).
 """
 
 from __future__ import annotations
@@ -107,6 +111,7 @@ from reasoning_core.runtime.report.table import (
     varied_settings,
     write_summary,
 )
+from reasoning_core.runtime.report.tool_use import main_tool_use, tool_use_rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,18 +123,21 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": main_seeds,
         "ablations": main_ablations,
         "robustness": main_robustness,
+        "tool-use": main_tool_use,
     }
     if argv and argv[0] in commands:
         return commands[argv[0]](argv[1:])
     print(
         "usage: rrl plot ... | rrl summary ... | rrl seeds ... | rrl ablations ... | "
-        "rrl robustness ...",
+        "rrl robustness ... | rrl tool-use ...",
         file=sys.stderr,
     )
     return 2
 
 
 __all__ = [
+    "main_tool_use",
+    "tool_use_rows",
     "main_robustness",
     "robustness_rows",
     "ablation_rows",

@@ -13,7 +13,12 @@ from typing import Literal
 import torch
 
 import envs
-from envs.environment import ENVIRONMENTS, environment_names, make_environment
+from envs.environment import (
+    ENVIRONMENTS,
+    CalculatorEnvironment,
+    environment_names,
+    make_environment,
+)
 from reasoning_core import (
     ADVANTAGE_ESTIMATORS,
     OFFPOLICY_CORRECTIONS,
@@ -187,6 +192,14 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
     bounds all of an episode's tokens after the prompt."""
     tool_max_calls: int = 4
     """env calculator: the calls an episode may make; a call past them ends the episode."""
+    tool_prompt: str = "r1_zero_calc"
+    """env calculator: the prompt, r1_zero_calc (r1_zero plus a sentence that shows the call
+    syntax) or r1_zero (for a model that learnt the syntax elsewhere, e.g. SFT on the multiply
+    task's tool transcripts; the tiny world's 256 positions cannot hold r1_zero_calc)."""
+    tool_bonus: float = 0.0
+    """env calculator: added to the training reward of an episode with at least one call
+    answered without an error (a shaping term; answer_reward and the evaluations are the
+    task's). At most 1. docs/tools.md."""
     train_examples: int | None = None
     """Size of the pool of training questions (null: the task's default). A pool smaller than
     the questions of a rollout batch is drawn with replacement: train_examples 1 is one-example
@@ -265,6 +278,18 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
         if self.env not in names:
             raise ConfigError(f"setting 'env': unknown environment {self.env!r}; known: {names}")
         checks.check_at_least_one(self, "tool_max_calls")
+        choices = CalculatorEnvironment.PROMPTS
+        if self.tool_prompt not in choices:
+            raise ConfigError(
+                f"setting 'tool_prompt' must be one of {list(choices)}, got {self.tool_prompt!r}"
+            )
+        if not 0.0 <= self.tool_bonus <= 1.0:
+            raise ConfigError(f"setting 'tool_bonus' must lie in [0, 1], got {self.tool_bonus}")
+        if self.env != "calculator" and (self.tool_bonus or self.tool_prompt != choices[0]):
+            raise ConfigError(
+                f"settings 'tool_bonus' and 'tool_prompt' belong to env calculator; env is "
+                f"{self.env!r}"
+            )
         if self.env == "single_turn":
             return
         try:
@@ -281,8 +306,14 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
 
     @property
     def env_settings(self) -> dict:
-        """The environment's own settings (``tool_max_calls`` for the calculator)."""
-        return {"max_calls": self.tool_max_calls} if self.env == "calculator" else {}
+        """The environment's own settings (the calculator's calls, prompt and bonus)."""
+        if self.env != "calculator":
+            return {}
+        return {
+            "max_calls": self.tool_max_calls,
+            "prompt": self.tool_prompt,
+            "bonus": self.tool_bonus,
+        }
 
     def check_world(self, world: int) -> None:
         """Under ``torchrun`` on ``world`` processes: group seeding, whole groups per rank (the

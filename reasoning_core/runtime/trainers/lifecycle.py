@@ -56,6 +56,7 @@ from reasoning_core.runtime.training.episodes import (
     EnvironmentTask,
     EpisodeEngine,
     environment_factory,
+    episode_metrics,
 )
 from reasoning_core.runtime.training.policy import (
     load_policy,
@@ -161,6 +162,8 @@ class Evaluator:
             "time/eval": t2 - t1,
             "time/entropy": summary["time/entropy"],
         }
+        if make_env is not None:  # what the tool did in the evaluation's episodes
+            values.update(episode_metrics(sampler.episodes))
         record = run.log(values, step=step, split="eval")
         run.last_eval = record
         return record

@@ -230,7 +230,8 @@ def episode_batch(episodes: list[Episode], pad_id: int) -> TokenBatch:
 def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
     """Means over the episodes: ``tool/call_rate`` (episodes with a tool call),
     ``tool/calls``, ``tool/errors`` (tool calls refused, per episode), ``tool/turns``
-    (engine calls per episode), ``tool/policy_tokens`` and ``tool/observation_tokens``."""
+    (engine calls per episode), ``tool/policy_tokens``, ``tool/observation_tokens`` and
+    ``tool/bonus`` (the shaping reward added, setting ``tool_bonus``)."""
     n = max(1, len(episodes))
     calls = [e.info.get("tool_calls", 0) for e in episodes]
     return {
@@ -240,6 +241,7 @@ def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
         "tool/turns": sum(e.turns for e in episodes) / n,
         "tool/policy_tokens": sum(e.policy_tokens for e in episodes) / n,
         "tool/observation_tokens": sum(len(e.token_ids) - e.policy_tokens for e in episodes) / n,
+        "tool/bonus": sum(e.info.get("tool_bonus", 0.0) for e in episodes) / n,
     }
 
 
@@ -285,7 +287,18 @@ def sample_episodes(
             batch.completions.append(ep.completion())
             batch.episodes.append(ep)
     grade_batch_in_place(rollouts, batch, (t0, t1, t2))
+    add_tool_bonus(batch)
     return batch
+
+
+def add_tool_bonus(batch: RolloutBatch) -> None:
+    """Each episode's tool bonus (``info["tool_bonus"]``: the environment's shaping term for a
+    call answered without an error) added to its graded ``reward``; ``answer_reward`` and
+    ``format_reward`` stay the task's."""
+    for score, ep in zip(batch.scores, batch.episodes, strict=True):
+        bonus = ep.info.get("tool_bonus", 0.0)
+        if bonus:
+            score["reward"] = float(score["reward"]) + bonus
 
 
 def rollout_tokens(batch: RolloutBatch, tokenizer: Any) -> TokenBatch:
@@ -302,7 +315,8 @@ class EpisodeEngine:
     through ``generate(prompts, params)``: each prompt (an environment's prompt of one of
     ``problems``) becomes ``params.n`` episodes over ``inner`` (:func:`run_episodes`), each
     returned as :meth:`Episode.completion` (the transcript as ``text``; the policy's tokens,
-    log-probs and entropies)."""
+    log-probs and entropies). ``episodes`` keeps the episodes sampled, for their
+    :func:`episode_metrics`."""
 
     def __init__(
         self,
@@ -314,12 +328,14 @@ class EpisodeEngine:
         self.inner, self.make_env, self.tokenizer = inner, make_env, tokenizer
         self.problems = {make_env().reset(p): p for p in problems}
         self.eos_ids = getattr(inner, "eos_ids", None) or [tokenizer.eos_token_id]
+        self.episodes: list[Episode] = []  # every episode sampled so far, in order
 
     def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
         problems = [self.problems[p] for p in prompts]
         groups = run_episodes(
             self.inner, self.make_env, problems, params, self.tokenizer, self.eos_ids
         )
+        self.episodes += [e for group in groups for e in group]
         return [[e.completion() for e in group] for group in groups]
 
     def sync_weights(self, model: Any) -> None:

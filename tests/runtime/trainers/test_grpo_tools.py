@@ -43,8 +43,9 @@ class OneCallPerGroup:
         return [[call, *group[1:]] for group in outs]
 
 
-@pytest.mark.parametrize("engine", ["hf", "static"])
-def test_grpo_trains_on_calculator_episodes(engine, world, tmp_path, monkeypatch):
+def scripted_engines(monkeypatch) -> list[OneCallPerGroup]:
+    """Make the trainers' rollout engines :class:`OneCallPerGroup` (listed as made) and grade
+    with :func:`fake_grade`."""
     made = []
     real = run.make_rollout_engine
 
@@ -54,6 +55,12 @@ def test_grpo_trains_on_calculator_episodes(engine, world, tmp_path, monkeypatch
 
     monkeypatch.setattr(run, "make_rollout_engine", make)
     monkeypatch.setattr(sampling, "grade", fake_grade)
+    return made
+
+
+@pytest.mark.parametrize("engine", ["hf", "static"])
+def test_grpo_trains_on_calculator_episodes(engine, world, tmp_path, monkeypatch):
+    made = scripted_engines(monkeypatch)
     cfg = {
         **GRPO,
         "engine": engine,
@@ -81,6 +88,34 @@ def test_grpo_trains_on_calculator_episodes(engine, world, tmp_path, monkeypatch
     assert len(generations) == 2  # at the start and at the end
     record = json.loads(generations[-1].read_text().splitlines()[0])
     assert "<calc>12*34</calc>" in record["prompt"]
+    # The evaluation lines say what the tool did in their episodes.
+    evals = [
+        r
+        for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl").open())
+        if r.get("split") == "eval"
+    ]
+    assert len(evals) == 2
+    for r in evals:
+        assert 0 <= r["tool/call_rate"] <= 1 and r["tool/turns"] >= 1 + r["tool/call_rate"] - 1e-9
+        assert r["tool/policy_tokens"] > 0
+
+
+def test_tool_bonus_is_added_to_the_trained_reward(world, tmp_path, monkeypatch):
+    """tool_bonus: each episode with an answered call earns it on top of the graded reward
+    (the scripted call 12*34 always is answered); answer_reward is the grader's alone; the
+    r1_zero prompt has no word about the tool."""
+    scripted_engines(monkeypatch)
+    cfg = {**GRPO, "env": "calculator", "tool_bonus": 0.5, "tool_prompt": "r1_zero"}
+    cfg.update(n_grpo_steps=2, eval_every=0, sampling_max_tokens=64, sampling_min_tokens=0)
+    lines = train_lines(run_trainer(grpo, cfg, world, tmp_path / "run"))
+    assert lines
+    for r in lines:
+        assert 0.5 * r["tool/call_rate"] >= r["tool/bonus"] >= 0.5 / GRPO["group_size"]
+        assert r["reward"] == pytest.approx(r["answer_reward"] + r["tool/bonus"])
+    record = json.loads(
+        sorted((tmp_path / "run" / "generations").glob("*.jsonl"))[0].read_text().splitlines()[0]
+    )
+    assert "<calc>" not in record["prompt"] and record["prompt"].endswith("Assistant: <think>")
 
 
 @pytest.mark.parametrize(
@@ -90,6 +125,10 @@ def test_grpo_trains_on_calculator_episodes(engine, world, tmp_path, monkeypatch
         ({"env": "calculator", "template": "question_only"}, "setting 'env'.*r1_zero"),
         ({"env": "calculator", "share_prompts": True}, "'share_prompts' cannot pack"),
         ({"env": "calculator", "tool_max_calls": 0}, "tool_max_calls"),
+        ({"env": "calculator", "tool_prompt": "countdown"}, "setting 'tool_prompt' must be"),
+        ({"env": "calculator", "tool_bonus": 1.5}, r"setting 'tool_bonus' must lie in \[0, 1\]"),
+        ({"tool_bonus": 0.1}, "'tool_bonus' and 'tool_prompt' belong to env calculator"),
+        ({"tool_prompt": "r1_zero"}, "'tool_bonus' and 'tool_prompt' belong to env calculator"),
         (
             {"env": "calculator", "rollout_lag": 1, "rollout_worker": True},
             "'rollout_worker' samples single-turn rollouts only",

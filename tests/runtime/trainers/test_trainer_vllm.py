@@ -119,15 +119,21 @@ def _run(tmp_path, monkeypatch, *, sync: bool) -> CheckedEngine:
 
     monkeypatch.setattr(run, "make_rollout_engine", make)
     monkeypatch.setattr(sampling, "grade", first_of_each_group)
-    cfg = {**CFG, "model_path": str(model)}
+    _train(tmp_path, {"model_path": str(model)}, engines)
+    (engine,) = engines
+    return engine
+
+
+def _train(tmp_path, settings, engines) -> None:
+    """``rrl grpo`` with :data:`CFG` and ``settings`` into ``tmp_path/run``; the vLLM engines
+    the wrappers in ``engines`` hold (``.inner``) are closed after it."""
+    cfg = {**CFG, **settings}
     args = [a for k, v in cfg.items() for a in ("--set", f"{k}={json.dumps(v)}")]
     try:
         assert grpo.main([*args, "--out", str(tmp_path / "run")]) == 0
     finally:
         for engine in engines:
             engine.inner.close()
-    (engine,) = engines
-    return engine
 
 
 def test_vllm_samples_from_the_policy_after_every_optimizer_step(tmp_path, monkeypatch):
@@ -148,3 +154,26 @@ def test_a_sync_that_stopped_would_be_caught(tmp_path, monkeypatch):
     assert len(engine.checks) == 3
     assert engine.checks[0][0] <= TOLERANCE  # vLLM started from the initial weights
     assert all(gap > 100 * TOLERANCE for gap, _ in engine.checks[1:]), engine.checks
+
+
+def test_grpo_trains_on_calculator_episodes_with_vllm(tmp_path, monkeypatch):
+    """``env: calculator`` with ``engine: vllm``: one episode of each group calls the
+    calculator in its first turn (scripted, as in test_grpo_tools.py), its later turns go to
+    vLLM as token ids, the episodes train, and vLLM's log-probs of the policy's sampled tokens
+    agree with the policy's forward on the trained rows."""
+    from test_grpo_tools import scripted_engines
+
+    engines = scripted_engines(monkeypatch)
+    settings = {"model_path": str(save_tiny_model(tmp_path / "model")), "env": "calculator"}
+    settings.update(tool_prompt="r1_zero", tool_bonus=0.5, sampling_max_tokens=48)
+    _train(tmp_path, {**settings, "sampling_min_tokens": 0}, engines)
+    (engine,) = engines
+    assert engine.token_prompts > 0  # later turns went to vLLM as token ids
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    train = [r for r in lines if r.get("split") == "train"]
+    assert len(train) == CFG["n_grpo_steps"]
+    for r in train:
+        assert r["tool/call_rate"] >= 1 / GROUP and r["tool/observation_tokens"] > 0
+        assert r["tool/bonus"] >= 0.5 / GROUP
+        assert 0 < r["rollout/logprob_aligned"] <= 1
+        assert r["rollout/logprob_diff_max"] <= TOLERANCE
