@@ -50,6 +50,7 @@ def test_step_0_of_every_run_from_the_base_is_zero_shot_of_the_same_seed():
             run.parent.name == "zero_shot"
             or cfg.get("model_path") != "workflow/resources/tiny_world"
             or cfg.get("sample_only")  # a dpo_pairs job's folder (not committed): no evaluation
+            or cfg.get("task") != zero_cfg.get("task")  # results/tools: another task's problems
             # another engine or float path draws another evaluation sample (results/mismatch:
             # vLLM in bfloat16; trained on an AVX-512 machine)
             or sampler(cfg) != sampler(zero_cfg)
@@ -139,3 +140,44 @@ def test_the_real_weights_study_is_committed_whole_and_chains_its_runs():
         assert same_evaluation(grpo[0], sft[-1]), seed
         gains.append(grpo[-1]["accuracy"] - grpo[0]["accuracy"])
     assert mean_interval(gains).lo > 0, gains
+
+
+def test_the_tool_study_is_committed_whole_and_chains_its_runs():
+    """results/tools (workflow/config/tools.yaml): three seeds of SFT on the multiply task's
+    transcripts and of GRPO from each SFT seed without the tool, with the calculator and with
+    its bonus. Each GRPO run's step 0 is its SFT seed's weights: without the tool it is the SFT
+    run's last evaluation; with the calculator the two tool arms' step 0 are one evaluation
+    (the bonus shapes training rewards only). ablations.tsv judges the tool runs against the
+    run without it and tool_use.tsv says whether they keep calling it, as docs/tools.md
+    states."""
+    import csv
+
+    folder = STUDIES / "tools"
+    tool = "grpo/env~calculator/tool_prompt~r1_zero"
+    bonus = "grpo/env~calculator/tool_bonus~0.1/tool_prompt~r1_zero"
+    for seed in range(3):
+        sft = eval_lines(folder / "sft" / "default" / f"seed~{seed}")
+        plain = eval_lines(folder / "grpo" / "default" / f"seed~{seed}")
+        with_tool = eval_lines(folder / tool / f"seed~{seed}")
+        with_bonus = eval_lines(folder / bonus / f"seed~{seed}")
+        for lines in (plain, with_tool, with_bonus):
+            assert [r["step"] for r in lines] == [0, 10, 20, 30, 40, 50]
+        assert same_evaluation(plain[0], sft[-1]), seed
+        # One evaluation but for the bonus its episodes would have earned (tool/bonus).
+        assert 0 < with_bonus[0]["tool/bonus"] <= 0.1 * with_bonus[0]["tool/call_rate"] + 1e-12
+        assert same_evaluation(
+            {**with_tool[0], "tool/bonus": None}, {**with_bonus[0], "tool/bonus": None}
+        ), seed
+        assert "tool/call_rate" in with_tool[-1] and "tool/call_rate" not in plain[-1]
+    with (folder / "ablations.tsv").open() as f:
+        judged = {(r["metric"], r["run"]): r for r in csv.DictReader(f, delimiter="\t")}
+    for run in (tool, bonus):
+        row = judged[("eval_accuracy", run)]
+        assert row["baseline"] == "grpo/default" and row["clear"] == "true"
+        assert float(row["diff_low"]) > 0
+    with (folder / "tool_use.tsv").open() as f:
+        verdicts = {
+            (r["metric"], r["run"], r["baseline"]) for r in csv.DictReader(f, delimiter="\t")
+        }
+    assert ("eval_tool_call_rate", tool, f"{tool}@start") in verdicts
+    assert ("eval_tool_call_rate", bonus, tool) in verdicts
