@@ -180,5 +180,6 @@ rule tool_use:
         "../envs/rrl.yaml"
     params:
         runs=FAMILY_RUNS.get("grpo_tools", []),
+        root=lambda wildcards, output: str(Path(output.tsv).parent),
     shell:
-        "rrl tool-use {params.runs} --root {R} --out {output.tsv} > {log} 2>&1"
+        "rrl tool-use {params.runs} --root {params.root} --out {output.tsv} > {log} 2>&1"

@@ -83,7 +83,7 @@ def test_episode_keeps_sampled_ids_and_marks_the_policy_tokens(tokenizer):
     assert all(math.isnan(v) for v in ep.logprobs[len(first) : len(first) + len(obs)])
     assert ep.logprobs[: len(first)] == [-0.5] * len(first)
     assert ep.turns == 2 and ep.finish_reason == "stop"
-    assert ep.info == {"tool_calls": 1, "tool_errors": 0, "graded": False}
+    assert ep.info == {"tool_calls": 1, "tool_errors": 0, "tool_bonus": 0.0, "graded": False}
     assert ep.text == texts[0] + " <result>408</result>" + texts[1]
     assert other.token_ids == ep.token_ids
     # Turn 1: the text prompt with n samples (a single-turn call, plus the tool's stop string);
