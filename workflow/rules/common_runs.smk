@@ -113,9 +113,12 @@ ALL_RUNS = _unique(
     ([f"{R}/base"] if BUILD_BASE else [])
     + METHOD_RUNS
     + [run for family in FAMILIES for run in FAMILY_RUNS[family]]
-    + ([f"{R}/sft/{LEADERBOARD_SFT_RUN}"] if LEADERBOARD_STARTS_FROM_SFT else [])
-    + ([f"{R}/sft/{LEADERBOARD_SFT_RUN}"] if DPO_STARTS_FROM_SFT else [])
-    + ([f"{R}/sft/{LEADERBOARD_SFT_RUN}"] if GRPO_STARTS_FROM_SFT else [])
+    # The SFT run that the leaderboard recipe, DPO or the GRPO families start from.
+    + (
+        [f"{R}/sft/{LEADERBOARD_SFT_RUN}"]
+        if LEADERBOARD_STARTS_FROM_SFT or DPO_STARTS_FROM_SFT or GRPO_STARTS_FROM_SFT
+        else []
+    )
 )
 
 
