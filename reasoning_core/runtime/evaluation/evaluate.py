@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import envs
+from envs.environment import ENVIRONMENTS, environment_names
 from reasoning_core.runtime.engines import ENGINE_DEFAULT, make_engine, resolve_engine
 from reasoning_core.runtime.engines.hf import model_and_tokenizer
 from reasoning_core.runtime.engines.rollout import RolloutEngine, SamplingParams
@@ -59,7 +60,14 @@ from reasoning_core.runtime.settings.config import (
     save_config,
 )
 from reasoning_core.runtime.training.batching import MicroBatchSize
+from reasoning_core.runtime.training.episodes import (
+    EnvironmentTask,
+    EpisodeEngine,
+    environment_factory,
+    episode_metrics,
+)
 from reasoning_core.runtime.training.rollouts import EVAL_RENAMED, eval_params
+from reasoning_core.runtime.training.settings import check_env_settings
 
 # ---------------------------------------------------------------------------------------------
 # rrl eval
@@ -71,6 +79,10 @@ class EvalConfig:
     have the trainers' names (``eval_split``, ``eval_examples``, ``eval_temperature``, ...)."""
 
     RENAMED: ClassVar[dict[str, str]] = EVAL_RENAMED
+    # Setting env's values are the registered environments: --help and the docs list them.
+    CHOICES: ClassVar[dict] = {
+        "env": lambda: {name: ENVIRONMENTS[name].summary for name in environment_names()}
+    }
 
     model_path: str
     """Hugging Face model folder to evaluate (config.json, safetensors weights, tokenizer)."""
@@ -142,6 +154,18 @@ class EvalConfig:
     examples_per_category: int = 10
     """summary.json lists the first N responses of each category in eval order (the handout
     asks for at least 10)."""
+    env: str = "single_turn"
+    """The environment of the samples (envs.environment): single_turn (one completion per
+    prompt) or calculator (multi-turn episodes in which the model may call a calculator, as
+    ``rrl grpo`` trains with it; docs/tools.md). With calculator the eval line and summary.json
+    carry the episodes' tool/ means (call rate, calls, errors, turns), eval_max_tokens bounds
+    all of an episode's tokens after the prompt, and entropy is that of the model's own
+    tokens (with vLLM, whose samples carry none, it is null)."""
+    tool_max_calls: int = 4
+    """env calculator: the calls an episode may make; a call past them ends the episode."""
+    tool_prompt: str = "r1_zero_calc"
+    """env calculator: the prompt, r1_zero_calc (r1_zero plus a sentence that shows the call
+    syntax) or r1_zero (for a model that learnt the syntax elsewhere)."""
 
     def validate(self) -> None:
         if self.task not in envs.task_names():
@@ -175,10 +199,26 @@ class EvalConfig:
             self.sampling_params()
         except ValueError as exc:
             raise ConfigError(f"sampling settings: {exc}") from exc
+        self._validate_env()
         # The problems read at start: a missing data file is named before the model loads.
         setting = "data_path" if self.data_path else "eval_split"
         available_examples(setting, task, self.eval_split, self.data_path)
         check_model_folder(self.model_path)  # last: the cheap settings are named first
+
+    def _validate_env(self) -> None:
+        check_env_settings(self)
+        if self.env != "single_turn" and self.chat_template:
+            # The environment writes the prompt and reads every turn as plain text.
+            raise ConfigError(
+                f"setting 'chat_template' cannot be used with env {self.env!r}; turn it off"
+            )
+
+    @property
+    def env_settings(self) -> dict:
+        """The environment's own settings (the calculator's calls and prompt)."""
+        if self.env != "calculator":
+            return {}
+        return {"max_calls": self.tool_max_calls, "prompt": self.tool_prompt}
 
     def sampling_params(self) -> SamplingParams:
         return eval_params(
@@ -242,15 +282,19 @@ def chat_template_tokenizer(cfg: EvalConfig) -> Any:
     off); a tokenizer without a chat template is an error naming the setting and the folder."""
     if not cfg.chat_template:
         return None
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
+    tokenizer = _hf_tokenizer(cfg.model_path)
     if not getattr(tokenizer, "chat_template", None):
         raise ConfigError(
             f"setting 'chat_template' is true but the tokenizer of {cfg.model_path} has no "
             "chat template"
         )
     return tokenizer
+
+
+def _hf_tokenizer(model_path: str) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_path)
 
 
 def engine_policy(engine: Any) -> tuple[Any, Any] | None:
@@ -293,10 +337,17 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
     t1 = time.perf_counter()
     policy = engine_policy(engine) if cfg.entropy else None
     entropy_micro = MicroBatchSize(cfg.entropy_micro_batch_size, name="eval entropy")
+    sampler, graded_task = engine, task
+    make_env = environment_factory(cfg, task)
+    if make_env is not None:  # setting env: every sample is an episode, the tool at hand
+        held = engine_policy(engine)  # hf and static hold the tokenizer; vLLM's is its own
+        tokenizer = held[1] if held else _hf_tokenizer(cfg.model_path)
+        sampler = EpisodeEngine(engine, make_env, examples, tokenizer)
+        graded_task = EnvironmentTask(make_env)
     summary, records = evaluate_policy(
-        engine,
+        sampler,
         examples,
-        task,
+        graded_task,
         cfg.template,
         cfg.sampling_params(),
         batch_size=cfg.eval_batch_size,
@@ -307,7 +358,20 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
         entropy_micro_batch_size=entropy_micro,
         chat_tokenizer=chat_tokenizer,
     )
-    if cfg.entropy and policy is None:  # a vLLM engine: free its memory, load the model with HF
+    if make_env is not None:  # what the tool did in the episodes (no bonus: nothing trains)
+        summary.update(
+            {k: v for k, v in episode_metrics(sampler.episodes).items() if k != "tool/bonus"}
+        )
+    if make_env is not None and policy is None and cfg.entropy:
+        # A transcript holds the tool's results, which the model did not sample: its entropy
+        # pass over the text would count them.
+        print(
+            "[eval] entropy: null (vLLM's samples carry none, and a re-scored episode would "
+            "count the tool's tokens)",
+            file=sys.stderr,
+        )
+        summary["entropy"] = None
+    elif cfg.entropy and policy is None:  # a vLLM engine: free its memory, load the model with HF
         close_engine(engine)
         t_entropy = time.perf_counter()
         model, tokenizer = load_hf_model(cfg)
@@ -341,6 +405,7 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
                 "reward": summary["reward"],
                 "num_examples": summary["num_examples"],
                 **eval_line_stats(summary),
+                **{k: v for k, v in summary.items() if k.startswith("tool/")},
                 "time/elapsed": t2 - t0,
                 "time/startup": t1 - t0,
                 "time/rollout": summary["time/generate"],

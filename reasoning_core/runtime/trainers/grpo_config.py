@@ -12,12 +12,9 @@ from typing import Literal
 
 import torch
 
-import envs
 from envs.environment import (
     ENVIRONMENTS,
-    CalculatorEnvironment,
     environment_names,
-    make_environment,
 )
 from reasoning_core import (
     ADVANTAGE_ESTIMATORS,
@@ -274,28 +271,15 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
     def _validate_env(self) -> None:
         """Setting ``env``: a registered environment that takes this task and template; the
         multi-turn ones train on episodes whose rows are not a prompt then one response."""
-        names = environment_names()
-        if self.env not in names:
-            raise ConfigError(f"setting 'env': unknown environment {self.env!r}; known: {names}")
-        checks.check_at_least_one(self, "tool_max_calls")
-        choices = CalculatorEnvironment.PROMPTS
-        if self.tool_prompt not in choices:
-            raise ConfigError(
-                f"setting 'tool_prompt' must be one of {list(choices)}, got {self.tool_prompt!r}"
-            )
         if not 0.0 <= self.tool_bonus <= 1.0:
             raise ConfigError(f"setting 'tool_bonus' must lie in [0, 1], got {self.tool_bonus}")
-        if self.env != "calculator" and (self.tool_bonus or self.tool_prompt != choices[0]):
+        if self.env != "calculator" and self.tool_bonus:
             raise ConfigError(
-                f"settings 'tool_bonus' and 'tool_prompt' belong to env calculator; env is "
-                f"{self.env!r}"
+                f"setting 'tool_bonus' belongs to env calculator; env is {self.env!r}"
             )
+        checks.check_env_settings(self)
         if self.env == "single_turn":
             return
-        try:
-            make_environment(self.env, envs.get_task(self.task), self.template, **self.env_settings)
-        except ValueError as exc:
-            raise ConfigError(f"setting 'env': {exc}") from None
         if self.share_prompts:
             # A packed row is a prompt then one contiguous response; an episode's policy
             # tokens have the observations between them.

@@ -311,6 +311,32 @@ def check_at_least_one(cfg: Any, *names: str) -> None:
             raise ConfigError(f"setting {name!r} must be >= 1, got {getattr(cfg, name)}")
 
 
+def check_env_settings(cfg: Any) -> None:
+    """Settings ``env``, ``tool_max_calls`` and ``tool_prompt`` of a command that samples
+    episodes (``rrl grpo``, ``rrl eval``): a registered environment that takes ``cfg.task``
+    and ``cfg.template`` with its settings (``cfg.env_settings``), and the calculator's
+    settings left alone with any other environment. ConfigError naming the setting."""
+    from envs.environment import CalculatorEnvironment, environment_names, make_environment
+
+    names = environment_names()
+    if cfg.env not in names:
+        raise ConfigError(f"setting 'env': unknown environment {cfg.env!r}; known: {names}")
+    check_at_least_one(cfg, "tool_max_calls")
+    choices = CalculatorEnvironment.PROMPTS
+    if cfg.tool_prompt not in choices:
+        raise ConfigError(
+            f"setting 'tool_prompt' must be one of {list(choices)}, got {cfg.tool_prompt!r}"
+        )
+    if cfg.env != "calculator" and cfg.tool_prompt != choices[0]:
+        raise ConfigError(f"setting 'tool_prompt' belongs to env calculator; env is {cfg.env!r}")
+    if cfg.env == "single_turn":
+        return
+    try:
+        make_environment(cfg.env, envs.get_task(cfg.task), cfg.template, **cfg.env_settings)
+    except ValueError as exc:
+        raise ConfigError(f"setting 'env': {exc}") from None
+
+
 def check_divisible(cfg: Any, numerator: str, denominator: str) -> None:
     """Raise ConfigError unless ``cfg.<numerator>`` is a positive multiple of ``cfg.<denominator>``."""
     a, b = getattr(cfg, numerator), getattr(cfg, denominator)

@@ -522,3 +522,87 @@ def test_chat_template_puts_each_prompt_in_the_users_turn(
     assert code == 2 and engine.calls == []
     assert "setting 'chat_template' is true but the tokenizer of" in capsys.readouterr().err
     assert not (tmp_path / "none").exists()
+
+
+class CallingEngine:
+    """Answers the first turn of every episode with a calculator call and the second with
+    the answer -1 (never right), as token ids of ``tokenizer``; records each call's prompts."""
+
+    TURNS = (" <calc>2+3</calc>", " </think> <answer> -1 </answer>")
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.calls = tokenizer, []
+
+    def generate(self, prompts, params):
+        text = self.TURNS[min(len(self.calls), 1)]
+        self.calls.append(list(prompts))
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        out = Completion(text, ids, [-0.5] * len(ids), "stop")
+        return [[out] * params.n for _ in prompts]
+
+    def sync_weights(self, model):
+        pass
+
+
+def test_rrl_eval_with_the_calculator_samples_episodes(
+    tmp_path, monkeypatch, model_dir, six_problems, capsys
+):
+    """Setting env=calculator: each problem is an episode (the environment's prompt, the call
+    answered, the transcript graded as a whole); the eval line and summary.json carry the
+    episodes' tool/ means, and entropy is null when the engine holds no model to give it."""
+    from transformers import AutoTokenizer
+
+    engine = CallingEngine(AutoTokenizer.from_pretrained(model_dir))
+    monkeypatch.setattr(evaluate, "build_engine", lambda cfg: engine)
+    out = tmp_path / "run"
+    argv = [*six_problems, "--set", "env=calculator", "--set", "tool_prompt=r1_zero_calc"]
+    assert evaluate.main([*argv, "--out", str(out)]) == 0
+    first, second = engine.calls
+    assert len(first) == 6 and all("<calc>12*34</calc>" in p for p in first)  # r1_zero_calc
+    assert len(second) == 6 and all(isinstance(p, list) for p in second)  # token ids
+    records = [
+        json.loads(x) for x in (out / "generations/step_000000.jsonl").read_text().splitlines()
+    ]
+    assert all(
+        r["response"] == " <calc>2+3</calc> <result>5</result>" + CallingEngine.TURNS[1]
+        for r in records
+    )
+    assert all(r["format_reward"] == 1.0 and r["answer_reward"] == 0.0 for r in records)
+    (line,) = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert line["tool/call_rate"] == 1.0 and line["tool/calls"] == 1.0
+    assert line["tool/turns"] == 2.0 and line["tool/errors"] == 0.0
+    assert "tool/bonus" not in line  # nothing trains in an evaluation
+    summary = json.loads((out / "summary.json").read_text())["metrics"]
+    assert summary["tool/call_rate"] == 1.0 and summary["entropy"] is None
+    assert "entropy: null" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("engine", ["hf", "static"])
+def test_rrl_eval_with_the_calculator_on_a_real_engine(model_dir, tmp_path, engine):
+    out = tmp_path / "run"
+    settings = {"model_path": str(model_dir), "task": "arithmetic", "eval_examples": 4}
+    settings |= {"engine": engine, "eval_max_tokens": 12, "env": "calculator"}
+    assert evaluate.main([*sets({**settings, "tool_prompt": "r1_zero"}), "--out", str(out)]) == 0
+    records = [
+        json.loads(x) for x in (out / "generations/step_000000.jsonl").read_text().splitlines()
+    ]
+    assert len(records) == 4 and all(1 <= r["response_length"] <= 12 for r in records)
+    summary = json.loads((out / "summary.json").read_text())["metrics"]
+    assert 0.0 <= summary["tool/call_rate"] <= 1.0 and summary["tool/turns"] >= 1.0
+    assert summary["entropy"] is not None  # the policy's own tokens, from the engine
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"env": "chess"}, "setting 'env': unknown environment 'chess'"),
+        ({"tool_prompt": "r1_zero"}, "'tool_prompt' belongs to env calculator"),
+        ({"env": "calculator", "tool_max_calls": 0}, "tool_max_calls"),
+        ({"env": "calculator", "template": "question_only"}, "setting 'env'.*r1_zero"),
+        ({"env": "calculator", "chat_template": True}, "'chat_template' cannot be used"),
+    ],
+)
+def test_rrl_eval_env_settings_refused_by_name(model_dir, settings, message):
+    cfg = evaluate.EvalConfig(model_path=str(model_dir), task="arithmetic", **settings)
+    with pytest.raises(ConfigError, match=message):
+        cfg.validate()

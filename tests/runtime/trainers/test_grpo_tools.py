@@ -127,8 +127,8 @@ def test_tool_bonus_is_added_to_the_trained_reward(world, tmp_path, monkeypatch)
         ({"env": "calculator", "tool_max_calls": 0}, "tool_max_calls"),
         ({"env": "calculator", "tool_prompt": "countdown"}, "setting 'tool_prompt' must be"),
         ({"env": "calculator", "tool_bonus": 1.5}, r"setting 'tool_bonus' must lie in \[0, 1\]"),
-        ({"tool_bonus": 0.1}, "'tool_bonus' and 'tool_prompt' belong to env calculator"),
-        ({"tool_prompt": "r1_zero"}, "'tool_bonus' and 'tool_prompt' belong to env calculator"),
+        ({"tool_bonus": 0.1}, "'tool_bonus' belongs to env calculator"),
+        ({"tool_prompt": "r1_zero"}, "'tool_prompt' belongs to env calculator"),
         (
             {"env": "calculator", "rollout_lag": 1, "rollout_worker": True},
             "'rollout_worker' samples single-turn rollouts only",
