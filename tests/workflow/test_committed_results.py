@@ -180,4 +180,5 @@ def test_the_tool_study_is_committed_whole_and_chains_its_runs():
             (r["metric"], r["run"], r["baseline"]) for r in csv.DictReader(f, delimiter="\t")
         }
     assert ("eval_tool_call_rate", tool, f"{tool}@start") in verdicts
+    assert ("eval_accuracy", tool, "grpo/default") in verdicts  # the tool pays
     assert ("eval_tool_call_rate", bonus, tool) in verdicts

@@ -160,14 +160,28 @@ rule ablations:
         "rrl ablations --summary {input.tsv} --out {output.tsv} > {log} 2>&1"
 
 
-# Whether the tool runs keep calling their tool, and how they compare (rrl tool-use): in a
-# study with the grpo_tools family only.
-TOOL_USE_TARGETS = [f"{R}/tool_use.tsv"] if "grpo_tools" in FAMILIES else []
+# Whether the tool runs keep calling their tool, and how they compare (rrl tool-use): the
+# grpo_tools family's runs (its default run, without the tool, is their control), or the
+# leaderboard recipe when its settings name a multi-turn env, against the runs that setting
+# tool_use_controls names (another study's recipe without the tool).
+LEADERBOARD_USES_TOOL = (
+    "leaderboard" in config["families"]
+    and config["leaderboard"].get("settings", {}).get("env", "single_turn") != "single_turn"
+)
+TOOL_USE_RUNS = FAMILY_RUNS.get("grpo_tools", []) + (
+    [f"{R}/leaderboard"] if LEADERBOARD_USES_TOOL else []
+)
+TOOL_USE_TARGETS = [f"{R}/tool_use.tsv"] if TOOL_USE_RUNS else []
 
 
 rule tool_use:
     input:
-        runs=lambda wildcards: runs_done(FAMILY_RUNS.get("grpo_tools", [])),
+        runs=lambda wildcards: runs_done(TOOL_USE_RUNS),
+        controls=[
+            metrics
+            for run in config["tool_use_controls"]
+            for metrics in sorted(Path(run).glob("seed~*/metrics.jsonl"))
+        ],
     output:
         tsv=report(
             f"{R}/tool_use.tsv",
@@ -179,7 +193,7 @@ rule tool_use:
     conda:
         "../envs/rrl.yaml"
     params:
-        runs=FAMILY_RUNS.get("grpo_tools", []),
+        runs=config["tool_use_controls"] + TOOL_USE_RUNS,
         root=lambda wildcards, output: str(Path(output.tsv).parent),
     shell:
         "rrl tool-use {params.runs} --root {params.root} --out {output.tsv} > {log} 2>&1"

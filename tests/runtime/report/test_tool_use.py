@@ -1,6 +1,6 @@
 """``rrl tool-use``: the call rate at the end against the start of each tool run, and tool runs
-against each other, with the Welch bands of ``rrl ablations``; runs without tool keys (the
-single-turn control) are left out, and a study with none is a message."""
+against each other and against the runs without tool keys (the single-turn control: accuracy
+only), with the Welch bands of ``rrl ablations``; a study without a tool run is a message."""
 
 from __future__ import annotations
 
@@ -42,7 +42,11 @@ def test_rows_say_which_runs_keep_calling(study):
     runs = ["grpo/default", "grpo/env~calculator", "grpo/env~calculator/tool_bonus~0.1"]
     rows = tool_use_rows([(r, study / r) for r in runs])
     by = {(r["metric"], r["run"], r["baseline"]): r for r in rows}
-    assert len(rows) == 4  # two runs against their start, then one pair in two metrics
+    # two runs against their start and the control's accuracy, then one pair in two metrics
+    assert len(rows) == 6
+    pays = by[("eval_accuracy", runs[1], runs[0])]
+    assert pays["run_mean"] == pytest.approx(0.55) and pays["baseline_mean"] == 0.0
+    assert pays["clear"] is True and ("eval_tool_call_rate", runs[0], runs[1]) not in by
     rise = by[("eval_tool_call_rate", runs[1], f"{runs[1]}@start")]
     assert rise["run_mean"] == pytest.approx((0.9 + 0.95 + 0.9) / 3)
     assert rise["baseline_mean"] == pytest.approx(0.45) and rise["clear"] is True
@@ -61,6 +65,13 @@ def test_command_writes_the_table_and_refuses_a_study_without_tools(study, tmp_p
     with out.open() as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
     assert {r["run"] for r in rows} == {"grpo/env~calculator", "grpo/env~calculator/tool_bonus~0.1"}
+    # a control from another folder (another study's committed runs) keeps its path
+    control = tmp_path / "elsewhere"
+    write_run(control, [[(None, 0.2)]] * 2)
+    assert main_tool_use([*runs, str(control), "--root", str(study), "--out", str(out)]) == 0
+    with out.open() as f:
+        baselines = {r["baseline"] for r in csv.DictReader(f, delimiter="\t")}
+    assert str(control) in baselines
     assert main_tool_use([str(study / "grpo/default"), "--out", str(tmp_path / "x.tsv")]) == 2
     assert "has 'tool/call_rate'" in capsys.readouterr().err
     assert not (tmp_path / "x.tsv").exists()
