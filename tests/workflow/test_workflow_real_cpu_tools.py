@@ -33,7 +33,7 @@ def test_smollm2_calculator_study_plans_grpo_with_the_tool_from_the_real_cpu_sft
     for line in grpo:
         seed = line.split("--set seed=")[1].split()[0]
         assert f"model_path=results/real_cpu_tools/sft/default/seed~{seed}/checkpoint" in line
-        for setting in ("env=calculator", "tool_prompt=r1_zero_calc", "share_prompts=false"):
+        for setting in ("env=calculator", "tool_prompt=r1_zero_calc", "sampling_max_tokens=64"):
             assert f"--set {setting}" in line
     tool_use = [line for line in commands if line.startswith("rrl tool-use")]
     assert len(tool_use) == 1

@@ -180,7 +180,8 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
     share_prompts: bool = False
     """Pack the rows of a micro batch that share a prompt into one sequence, the prompt once and
     its responses after it under a 4D attention mask: the same loss and gradient up to
-    rounding, fewer tokens computed. Rows are then ordered by question."""
+    rounding, fewer tokens computed. Rows are then ordered by question. A multi-turn episode
+    is packed whole, its tool results as context between the policy's tokens."""
     env: str = "single_turn"
     """The environment of the rollouts (envs.environment, listed below): single_turn (one
     completion per prompt, graded) or calculator (multi-turn: the model may call a calculator
@@ -278,15 +279,6 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
                 f"setting 'tool_bonus' belongs to env calculator; env is {self.env!r}"
             )
         checks.check_env_settings(self)
-        if self.env == "single_turn":
-            return
-        if self.share_prompts:
-            # A packed row is a prompt then one contiguous response; an episode's policy
-            # tokens have the observations between them.
-            raise ConfigError(
-                f"setting 'share_prompts' cannot pack multi-turn episodes (env {self.env!r}); "
-                "turn it off"
-            )
 
     @property
     def env_settings(self) -> dict:

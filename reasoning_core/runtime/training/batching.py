@@ -156,16 +156,25 @@ def shared_prompt_log_probs(
     :func:`check_packable`). Returns (batch, seq) log-probs and entropies (None unless
     ``with_entropy``) laid out as ``labels``: response positions filled, every other position 0
     (the callers mask them). A row's prompt is its tokens before its first response token; rows
-    without response tokens score nothing."""
+    without response tokens score nothing.
+
+    A multi-turn episode's row has tokens that are not scored between its response tokens (a
+    tool's results, :func:`~reasoning_core.runtime.training.episodes.episode_batch`): its
+    packed segment runs from its first response token to its last, the tokens between them
+    included as context, and only the response tokens are scored."""
     rows, width = labels.shape
     dev = labels.device
-    counts = response_mask.sum(dim=1).tolist()
-    if not any(counts):
+    if not response_mask.any():
         zeros = torch.zeros(rows, width, device=dev)
         return zeros, (zeros.clone() if with_entropy else None)
     # Row i's prompt is input_ids[i, :p_i], p_i = 1 + the label index of its first response
-    # token (labels[t] is token t + 1 of the sequence); its response is labels[i, p_i - 1:][:c_i].
+    # token (labels[t] is token t + 1 of the sequence); its segment is labels[i, p_i - 1:][:c_i],
+    # c_i reaching its last response token; scored: the segment's response tokens.
     starts = (response_mask.float().argmax(dim=1) + 1).tolist()
+    last = width - 1 - response_mask.flip(dims=[1]).float().argmax(dim=1)
+    has = response_mask.any(dim=1)
+    counts = torch.where(has, last - torch.tensor(starts, device=dev) + 2, 0).tolist()
+    scores = response_mask.tolist()
     ids, labels_l = input_ids.tolist(), labels.tolist()
     groups: dict[tuple[int, ...], list[int]] = {}  # prompt -> the rows that share it
     for i, (p, c) in enumerate(zip(starts, counts, strict=True)):
@@ -184,7 +193,9 @@ def shared_prompt_log_probs(
             pos += range(p, p + c)
             seg += [k] * c
             sources = [p - 1, *range(at, at + c - 1)]  # the first token: the prompt's last
-            scored += [(u, src, i, p - 1 + j) for j, src in enumerate(sources)]
+            scored += [
+                (u, src, i, p - 1 + j) for j, src in enumerate(sources) if scores[i][p - 1 + j]
+            ]
         seqs.append((tokens, pos, seg))
     n, longest = len(seqs), max(len(tokens) for tokens, _, _ in seqs)
     packed = torch.zeros(n, longest, dtype=torch.long)

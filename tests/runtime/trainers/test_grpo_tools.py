@@ -100,6 +100,24 @@ def test_grpo_trains_on_calculator_episodes(engine, world, tmp_path, monkeypatch
         assert r["tool/policy_tokens"] > 0
 
 
+def test_packed_episodes_train_as_unpacked_ones(world, tmp_path, monkeypatch):
+    """share_prompts with episodes: each group's prompt once, every episode after it with its
+    tool results as context; the first update (same rollouts, same weights) has the unpacked
+    run's loss and gradient norm up to float rounding."""
+    first = {}
+    for share in (False, True):
+        scripted_engines(monkeypatch)
+        cfg = {**GRPO, "engine": "static", "env": "calculator", "share_prompts": share}
+        cfg.update(n_grpo_steps=1, eval_every=0, sampling_max_tokens=64, sampling_min_tokens=0)
+        lines = train_lines(run_trainer(grpo, cfg, world, tmp_path / f"share_{share}"))
+        first[share] = lines[0]
+    unpacked, packed = first[False], first[True]
+    assert packed["tool/observation_tokens"] > 0  # the packed rows had results inside them
+    assert packed["reward"] == unpacked["reward"]
+    for key in ("loss", "grad_norm"):
+        assert packed[key] == pytest.approx(unpacked[key], rel=1e-4, abs=1e-6), key
+
+
 def test_tool_bonus_is_added_to_the_trained_reward(world, tmp_path, monkeypatch):
     """tool_bonus: each episode with an answered call earns it on top of the graded reward
     (the scripted call 12*34 always is answered); answer_reward is the grader's alone; the
@@ -123,7 +141,6 @@ def test_tool_bonus_is_added_to_the_trained_reward(world, tmp_path, monkeypatch)
     [
         ({"env": "chess"}, "setting 'env': unknown environment 'chess'"),
         ({"env": "calculator", "template": "question_only"}, "setting 'env'.*r1_zero"),
-        ({"env": "calculator", "share_prompts": True}, "'share_prompts' cannot pack"),
         ({"env": "calculator", "tool_max_calls": 0}, "tool_max_calls"),
         ({"env": "calculator", "tool_prompt": "countdown"}, "setting 'tool_prompt' must be"),
         ({"env": "calculator", "tool_bonus": 1.5}, r"setting 'tool_bonus' must lie in \[0, 1\]"),

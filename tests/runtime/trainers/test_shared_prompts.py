@@ -86,6 +86,33 @@ def test_gradients_match_the_full_forward(tokenizer, batch, checkpointing):
         assert (shared - full).abs().max() <= 1e-4 * full.abs().max()
 
 
+def test_responses_with_unscored_tokens_inside_match_the_full_forward(tokenizer, batch):
+    """A multi-turn episode's row: tokens the policy did not produce (a tool's result) between
+    its response tokens are context, not scored; packed, the scored positions keep the full
+    forward's log-probs, entropies and gradients, and the unscored ones are 0."""
+    mask = batch.response_mask.clone()
+    row = int(mask.sum(1).argmax())  # the longest response: hide two tokens inside it
+    cols = mask[row].nonzero().flatten()
+    assert len(cols) >= 5
+    mask[row, cols[2:4]] = False
+    gapped = MicroBatch(torch.arange(batch.rows), batch.input_ids, batch.labels, mask)
+    weights = torch.linspace(-1.0, 2.0, mask.numel()).reshape(mask.shape)
+    out, grads = [], []
+    for share in (False, True):
+        model = build_model(len(tokenizer), seed=0).train()
+        lp, ent = policy_log_probs(model, gapped, torch.device("cpu"), share_prompts=share)
+        ((lp * weights + 0.1 * ent) * mask).sum().backward()
+        out.append((lp.detach(), ent.detach()))
+        grads.append([p.grad.clone() for p in model.parameters()])
+    (lp, ent), (slp, sent) = out
+    torch.testing.assert_close(slp[mask], lp[mask], rtol=0, atol=1e-5)
+    torch.testing.assert_close(sent[mask], ent[mask], rtol=0, atol=1e-5)
+    assert not slp[~mask].any() and not sent[~mask].any()
+    for full, shared in zip(*grads, strict=True):
+        assert full.abs().max() > 0
+        assert (shared - full).abs().max() <= 1e-4 * full.abs().max()
+
+
 def test_each_prompt_is_packed_once_with_its_responses(tokenizer, batch):
     """One forward over one packed row per distinct prompt with responses (the empty row
     adds nothing), as long as the longest prompt plus its responses."""
