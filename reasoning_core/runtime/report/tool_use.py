@@ -84,8 +84,9 @@ def main_tool_use(argv: list[str] | None = None) -> int:
     for run in args.runs:
         path = Path(run)
         # A control from another study (its committed runs) keeps its path.
-        under = args.root and path.resolve().is_relative_to(Path(args.root).resolve())
-        name = path.relative_to(args.root).as_posix() if under else path.as_posix()
+        root = Path(args.root).resolve() if args.root else None
+        under = root is not None and path.resolve().is_relative_to(root)
+        name = path.resolve().relative_to(root).as_posix() if under else path.as_posix()
         named.append((name, path))
     try:
         rows = tool_use_rows(named)
