@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import envs
-from envs.environment import ENVIRONMENTS, environment_names
 from reasoning_core.runtime.engines import ENGINE_DEFAULT, make_engine, resolve_engine
 from reasoning_core.runtime.engines.hf import model_and_tokenizer
 from reasoning_core.runtime.engines.rollout import RolloutEngine, SamplingParams
@@ -67,7 +66,7 @@ from reasoning_core.runtime.training.episodes import (
     episode_metrics,
 )
 from reasoning_core.runtime.training.rollouts import EVAL_RENAMED, eval_params
-from reasoning_core.runtime.training.settings import check_env_settings
+from reasoning_core.runtime.training.settings import check_env_settings, env_choices
 
 # ---------------------------------------------------------------------------------------------
 # rrl eval
@@ -80,9 +79,7 @@ class EvalConfig:
 
     RENAMED: ClassVar[dict[str, str]] = EVAL_RENAMED
     # Setting env's values are the registered environments: --help and the docs list them.
-    CHOICES: ClassVar[dict] = {
-        "env": lambda: {name: ENVIRONMENTS[name].summary for name in environment_names()}
-    }
+    CHOICES: ClassVar[dict] = {"env": env_choices}
 
     model_path: str
     """Hugging Face model folder to evaluate (config.json, safetensors weights, tokenizer)."""
@@ -335,12 +332,12 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
     print(f"[eval] rollout engine: {kind} (engine: {cfg.engine})", file=sys.stderr)
     engine = build_engine(cfg)
     t1 = time.perf_counter()
-    policy = engine_policy(engine) if cfg.entropy else None
+    held = engine_policy(engine)  # hf and static: (model, tokenizer); vLLM keeps its own
+    policy = held if cfg.entropy else None
     entropy_micro = MicroBatchSize(cfg.entropy_micro_batch_size, name="eval entropy")
     sampler, graded_task = engine, task
     make_env = environment_factory(cfg, task)
     if make_env is not None:  # setting env: every sample is an episode, the tool at hand
-        held = engine_policy(engine)  # hf and static hold the tokenizer; vLLM's is its own
         tokenizer = held[1] if held else _hf_tokenizer(cfg.model_path)
         sampler = EpisodeEngine(engine, make_env, examples, tokenizer)
         graded_task = EnvironmentTask(make_env)

@@ -81,10 +81,10 @@ def main_tool_use(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="TSV file, e.g. results/tools/tool_use.tsv")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     named = []
+    root = Path(args.root).resolve() if args.root else None
     for run in args.runs:
         path = Path(run)
         # A control from another study (its committed runs) keeps its path.
-        root = Path(args.root).resolve() if args.root else None
         under = root is not None and path.resolve().is_relative_to(root)
         name = path.resolve().relative_to(root).as_posix() if under else path.as_posix()
         named.append((name, path))

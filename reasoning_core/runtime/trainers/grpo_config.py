@@ -12,10 +12,6 @@ from typing import Literal
 
 import torch
 
-from envs.environment import (
-    ENVIRONMENTS,
-    environment_names,
-)
 from reasoning_core import (
     ADVANTAGE_ESTIMATORS,
     OFFPOLICY_CORRECTIONS,
@@ -209,7 +205,7 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
 
     # The settings whose choices are registries: --help and docs/configuration.md list them.
     CHOICES = {
-        "env": lambda: {name: ENVIRONMENTS[name].summary for name in environment_names()},
+        "env": checks.env_choices,
         "preset": lambda: {name: str(dict(values)) for name, values in PRESETS.items()},
         "loss_type": lambda: loss_choices(),
         "advantage_estimator": lambda: {
@@ -270,8 +266,8 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
         self._validate_env()  # after the task's and template's own checks
 
     def _validate_env(self) -> None:
-        """Setting ``env``: a registered environment that takes this task and template; the
-        multi-turn ones train on episodes whose rows are not a prompt then one response."""
+        """Setting ``env`` and its tool settings (:func:`checks.check_env_settings`, shared with
+        ``rrl eval``), and ``tool_bonus``, which only training has."""
         if not 0.0 <= self.tool_bonus <= 1.0:
             raise ConfigError(f"setting 'tool_bonus' must lie in [0, 1], got {self.tool_bonus}")
         if self.env != "calculator" and self.tool_bonus:

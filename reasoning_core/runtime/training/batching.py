@@ -170,10 +170,10 @@ def shared_prompt_log_probs(
     # Row i's prompt is input_ids[i, :p_i], p_i = 1 + the label index of its first response
     # token (labels[t] is token t + 1 of the sequence); its segment is labels[i, p_i - 1:][:c_i],
     # c_i reaching its last response token; scored: the segment's response tokens.
-    starts = (response_mask.float().argmax(dim=1) + 1).tolist()
+    first = response_mask.float().argmax(dim=1)
     last = width - 1 - response_mask.flip(dims=[1]).float().argmax(dim=1)
-    has = response_mask.any(dim=1)
-    counts = torch.where(has, last - torch.tensor(starts, device=dev) + 2, 0).tolist()
+    starts = (first + 1).tolist()
+    counts = torch.where(response_mask.any(dim=1), last - first + 1, 0).tolist()
     scores = response_mask.tolist()
     ids, labels_l = input_ids.tolist(), labels.tolist()
     groups: dict[tuple[int, ...], list[int]] = {}  # prompt -> the rows that share it

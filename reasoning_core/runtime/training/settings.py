@@ -20,6 +20,12 @@ from typing import Any, Literal
 import torch
 
 import envs
+from envs.environment import (
+    ENVIRONMENTS,
+    CalculatorEnvironment,
+    environment_names,
+    make_environment,
+)
 from reasoning_core.runtime.distributed.collectives import check_divides
 from reasoning_core.runtime.distributed.world import launched_world_size
 from reasoning_core.runtime.engines import ENGINE_DEFAULT, ENGINE_SETTINGS, ENGINES
@@ -311,13 +317,17 @@ def check_at_least_one(cfg: Any, *names: str) -> None:
             raise ConfigError(f"setting {name!r} must be >= 1, got {getattr(cfg, name)}")
 
 
+def env_choices() -> dict[str, str]:
+    """Setting ``env``'s values, the registered environments, with their summaries (what
+    ``--help`` and docs/configuration.md list)."""
+    return {name: ENVIRONMENTS[name].summary for name in environment_names()}
+
+
 def check_env_settings(cfg: Any) -> None:
     """Settings ``env``, ``tool_max_calls`` and ``tool_prompt`` of a command that samples
     episodes (``rrl grpo``, ``rrl eval``): a registered environment that takes ``cfg.task``
     and ``cfg.template`` with its settings (``cfg.env_settings``), and the calculator's
     settings left alone with any other environment. ConfigError naming the setting."""
-    from envs.environment import CalculatorEnvironment, environment_names, make_environment
-
     names = environment_names()
     if cfg.env not in names:
         raise ConfigError(f"setting 'env': unknown environment {cfg.env!r}; known: {names}")
