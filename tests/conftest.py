@@ -1,7 +1,8 @@
 """Settings every test run gets, whichever way pytest is started.
 
-README command 2 (``.venv/bin/python -m pytest -m "not gpu" -q``) is exactly what CI
-(``.ci/run``) runs, so what a test run needs is set here, not in a wrapper script:
+README command 2 (``.venv/bin/python -m pytest -m "not gpu" -q -n 2 --dist loadfile``) is
+exactly what CI (``.ci/run``) runs, so what a test run needs is set here, not in a wrapper
+script (with ``-n 2`` each of pytest-xdist's worker processes imports this file too):
 
 * ``OMP_NUM_THREADS=1``, ``MKL_NUM_THREADS=1``: one torch thread per process, in this process
   and in the ones the tests start (``rrl`` subprocesses, snakemake jobs, the grader's workers),
