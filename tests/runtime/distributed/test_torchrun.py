@@ -261,10 +261,14 @@ def test_dpo_on_two_ranks_equals_one_process(world, tmp_path):
     assert_two_ranks_equal_one("dpo", {**DPO_1, "train_pairs": str(pairs)}, world, tmp_path)
 
 
-def assert_sharded_equals_one(command, cfg, world, tmp_path) -> list[dict]:
+def assert_sharded_equals_one(command, cfg, world, tmp_path, *, one_done=False) -> list[dict]:
     """The run with ``sharding: fsdp`` on 2 ranks (no out-of-memory back-off) ends with the
-    metrics and weights of the one-process run, which trained; the 2-rank metrics."""
-    one = run(command, cfg, world, tmp_path / "one")
+    metrics and weights of the one-process run, which trained; the 2-rank metrics.
+    ``one_done``: the one-process run of ``cfg`` is already in ``tmp_path / "one"``."""
+    if one_done:
+        one = without_time(read_metrics(tmp_path / "one" / "metrics.jsonl"))
+    else:
+        one = run(command, cfg, world, tmp_path / "one")
     fsdp = {**cfg, "sharding": "fsdp", "oom_backoff": False}
     two = run(command, fsdp, world, tmp_path / "fsdp", nproc=2)
     worst = assert_close_records(one, two)
@@ -323,21 +327,19 @@ EI_2 = {
 }
 
 
-def test_ei_on_two_ranks_equals_one_process(world, tmp_path):
+def test_ei_on_two_ranks_equals_one_process_with_and_without_fsdp(world, tmp_path):
     """Each rank samples and grades 4 of the 8 questions; both then hold the same kept set and
-    train on it, each on its share of every batch: one process's metrics and weights."""
+    train on it, each on its share of every batch: one process's metrics and weights. Then the
+    same with the policy sharded: each rank samples from its full copy of the weights, scores
+    its share of the rollouts with the sharded policy, and trains on the kept responses (a
+    round's last batch often shorter, so a rank may run a pass of zero loss). Both 2-rank runs
+    are held against the one one-process run."""
     assert_two_ranks_equal_one("ei", EI_2, world, tmp_path)
     only_rank_0_wrote(tmp_path / "one", tmp_path / "two")
     records = read_metrics(tmp_path / "one" / "metrics.jsonl")
     assert sum(r.get("kept", 0) for r in records) > 0
     assert any("grad_norm" in r for r in records)
-
-
-def test_sharded_ei_on_two_ranks_equals_one_process(world, tmp_path):
-    """Expert iteration with the policy sharded: each rank samples from its full copy of the
-    weights, scores its share of the rollouts with the sharded policy, and trains on the kept
-    responses (a round's last batch often shorter, so a rank may run a pass of zero loss)."""
-    assert_sharded_equals_one("ei", EI_2, world, tmp_path)
+    assert_sharded_equals_one("ei", EI_2, world, tmp_path, one_done=True)
 
 
 def instruction_settings(folder: Path, n_train: int, **settings) -> dict:
