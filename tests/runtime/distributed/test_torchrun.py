@@ -224,15 +224,16 @@ SFT_3 = {
 }
 
 
-def assert_two_ranks_equal_one(command, cfg, world, tmp_path):
+def assert_two_ranks_equal_one(command, cfg, world, tmp_path) -> list[dict]:
     """The run on 2 ranks ends with the metrics and weights of the one-process run, which
-    trained (its weights moved)."""
+    trained (its weights moved); the one-process metrics."""
     one = run(command, cfg, world, tmp_path / "one")
     two = run(command, cfg, world, tmp_path / "two", nproc=2)
     worst = assert_close_records(one, two)
     worst_w = assert_close_weights(tmp_path / "one", tmp_path / "two")
     print(f"{command}: metrics rel diff {worst:.2e}, weights {worst_w:.2e}")
     assert moved(world, tmp_path / "one") > 1e-4
+    return one
 
 
 def test_sft_on_two_ranks_equals_one_process(world, tmp_path):
@@ -261,13 +262,11 @@ def test_dpo_on_two_ranks_equals_one_process(world, tmp_path):
     assert_two_ranks_equal_one("dpo", {**DPO_1, "train_pairs": str(pairs)}, world, tmp_path)
 
 
-def assert_sharded_equals_one(command, cfg, world, tmp_path, *, one_done=False) -> list[dict]:
+def assert_sharded_equals_one(command, cfg, world, tmp_path, *, one=None) -> list[dict]:
     """The run with ``sharding: fsdp`` on 2 ranks (no out-of-memory back-off) ends with the
-    metrics and weights of the one-process run, which trained; the 2-rank metrics.
-    ``one_done``: the one-process run of ``cfg`` is already in ``tmp_path / "one"``."""
-    if one_done:
-        one = without_time(read_metrics(tmp_path / "one" / "metrics.jsonl"))
-    else:
+    metrics and weights of the one-process run, which trained; the 2-rank metrics. ``one``:
+    the metrics of that run, already in ``tmp_path / "one"`` (run here when None)."""
+    if one is None:
         one = run(command, cfg, world, tmp_path / "one")
     fsdp = {**cfg, "sharding": "fsdp", "oom_backoff": False}
     two = run(command, fsdp, world, tmp_path / "fsdp", nproc=2)
@@ -334,12 +333,11 @@ def test_ei_on_two_ranks_equals_one_process_with_and_without_fsdp(world, tmp_pat
     its share of the rollouts with the sharded policy, and trains on the kept responses (a
     round's last batch often shorter, so a rank may run a pass of zero loss). Both 2-rank runs
     are held against the one one-process run."""
-    assert_two_ranks_equal_one("ei", EI_2, world, tmp_path)
+    one = assert_two_ranks_equal_one("ei", EI_2, world, tmp_path)
     only_rank_0_wrote(tmp_path / "one", tmp_path / "two")
-    records = read_metrics(tmp_path / "one" / "metrics.jsonl")
-    assert sum(r.get("kept", 0) for r in records) > 0
-    assert any("grad_norm" in r for r in records)
-    assert_sharded_equals_one("ei", EI_2, world, tmp_path, one_done=True)
+    assert sum(r.get("kept", 0) for r in one) > 0
+    assert any("grad_norm" in r for r in one)
+    assert_sharded_equals_one("ei", EI_2, world, tmp_path, one=one)
 
 
 def instruction_settings(folder: Path, n_train: int, **settings) -> dict:
