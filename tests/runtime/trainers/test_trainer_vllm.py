@@ -177,3 +177,47 @@ def test_grpo_trains_on_calculator_episodes_with_vllm(tmp_path, monkeypatch):
         assert r["tool/bonus"] >= 0.5 / GROUP
         assert 0 < r["rollout/logprob_aligned"] <= 1
         assert r["rollout/logprob_diff_max"] <= TOLERANCE
+
+
+def test_a_rollout_worker_with_vllm_trains_on_the_in_process_lagged_batches(tmp_path, monkeypatch):
+    """``rollout_worker: true`` with ``engine: vllm``: the worker process builds a vLLM engine
+    of its own, takes the learner's weights by version, and samples the very batches of the
+    in-process run at the same lag (``rollout_lag: 1``): the same train lines apart from
+    ``time/``, and the same final weights. One completion per group is scripted correct
+    (tests/helpers/scripted_rollouts.py, in the worker too), so every step updates the weights
+    that step k + 1 samples with."""
+    import scripted_rollouts
+    from micro_world import train_lines
+    from safetensors.torch import load_file
+
+    scripted_rollouts.install(monkeypatch)
+    # The vLLM engines of this process, to close after the runs (the worker's ends with its
+    # process, which imports the helper anew, without this wrapper).
+    engines = []
+    script = scripted_rollouts.OneCorrectPerGroup.for_config
+
+    def recorded(cls, cfg, inner, tokenizer):
+        engines.append(script(cfg, inner, tokenizer))
+        return engines[-1]
+
+    monkeypatch.setattr(scripted_rollouts.OneCorrectPerGroup, "for_config", classmethod(recorded))
+    model = save_tiny_model(tmp_path / "model")
+    cfg = {**CFG, "model_path": str(model), "n_grpo_steps": 3, "save_checkpoint": True}
+    cfg.update(rollout_lag=1, offpolicy_correction="decoupled")
+    runs = {}
+    try:
+        for name, worker in (("inline", False), ("worker", True)):
+            settings = {**cfg, "rollout_worker": worker}
+            args = [a for k, v in settings.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+            assert grpo.main([*args, "--out", str(tmp_path / name)]) == 0
+            lines = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").open()]
+            runs[name] = train_lines(lines)
+    finally:
+        for engine in engines:
+            engine.close()
+    assert len(runs["inline"]) == 3 and runs["worker"] == runs["inline"]
+    assert all(r["grad_norm"] > 0 for r in runs["inline"])
+    assert [r["async/staleness_max"] for r in runs["inline"]] == [0.0, 1.0, 1.0]
+    want = load_file(tmp_path / "inline" / "checkpoint" / "model.safetensors")
+    got = load_file(tmp_path / "worker" / "checkpoint" / "model.safetensors")
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
