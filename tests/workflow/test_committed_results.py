@@ -182,3 +182,29 @@ def test_the_tool_study_is_committed_whole_and_chains_its_runs():
     assert ("eval_tool_call_rate", tool, f"{tool}@start") in verdicts
     assert ("eval_accuracy", tool, "grpo/default") in verdicts  # the tool pays
     assert ("eval_tool_call_rate", bonus, tool) in verdicts
+
+
+def test_the_smollm2_calculator_study_is_committed_whole_and_chains_its_runs():
+    """results/real_cpu_tools (workflow/config/real_cpu_tools.yaml): three seeds of the
+    real_cpu SFT start, rerun (its evaluations have the committed accuracies of
+    results/real_cpu), and of GRPO with the calculator from each; every GRPO evaluation is an
+    episode evaluation (tool keys); tool_use.tsv judges the call rate against the start and
+    the accuracy against the committed runs without the tool, as docs/tools.md states."""
+    import csv
+
+    folder = STUDIES / "real_cpu_tools"
+    control = STUDIES / "real_cpu"
+    for seed in range(3):
+        sft = eval_lines(folder / "sft" / "default" / f"seed~{seed}")
+        committed = eval_lines(control / "sft" / "default" / f"seed~{seed}")
+        assert [r["accuracy"] for r in sft] == [r["accuracy"] for r in committed], seed
+        grpo = eval_lines(folder / "leaderboard" / f"seed~{seed}")
+        assert [r["step"] for r in grpo] == [0, 10, 20, 30, 40]
+        assert all("tool/call_rate" in r for r in grpo), seed
+    with (folder / "tool_use.tsv").open() as f:
+        rows = {
+            (r["metric"], r["run"], r["baseline"]): r for r in csv.DictReader(f, delimiter="\t")
+        }
+    assert ("eval_tool_call_rate", "leaderboard", "leaderboard@start") in rows
+    judged = rows[("eval_accuracy", "leaderboard", "results/real_cpu/leaderboard")]
+    assert judged["n_run"] == "3" and judged["n_baseline"] == "4"
