@@ -208,3 +208,4 @@ def test_the_smollm2_calculator_study_is_committed_whole_and_chains_its_runs():
     assert ("eval_tool_call_rate", "leaderboard", "leaderboard@start") in rows
     judged = rows[("eval_accuracy", "leaderboard", "results/real_cpu/leaderboard")]
     assert judged["n_run"] == "3" and judged["n_baseline"] == "4"
+    assert judged["clear"] == "false"  # inside the band, as docs/tools.md says

@@ -187,7 +187,7 @@ def test_a_rollout_worker_with_vllm_trains_on_the_in_process_lagged_batches(tmp_
     (tests/helpers/scripted_rollouts.py, in the worker too), so every step updates the weights
     that step k + 1 samples with."""
     import scripted_rollouts
-    from micro_world import train_lines
+    from micro_world import run_trainer, train_lines
     from safetensors.torch import load_file
 
     scripted_rollouts.install(monkeypatch)
@@ -202,16 +202,13 @@ def test_a_rollout_worker_with_vllm_trains_on_the_in_process_lagged_batches(tmp_
 
     monkeypatch.setattr(scripted_rollouts.OneCorrectPerGroup, "for_config", classmethod(recorded))
     model = save_tiny_model(tmp_path / "model")
-    cfg = {**CFG, "model_path": str(model), "n_grpo_steps": 3, "save_checkpoint": True}
+    cfg = {**CFG, "n_grpo_steps": 3, "save_checkpoint": True}
     cfg.update(rollout_lag=1, offpolicy_correction="decoupled")
     runs = {}
     try:
         for name, worker in (("inline", False), ("worker", True)):
             settings = {**cfg, "rollout_worker": worker}
-            args = [a for k, v in settings.items() for a in ("--set", f"{k}={json.dumps(v)}")]
-            assert grpo.main([*args, "--out", str(tmp_path / name)]) == 0
-            lines = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").open()]
-            runs[name] = train_lines(lines)
+            runs[name] = train_lines(run_trainer(grpo, settings, model, tmp_path / name))
     finally:
         for engine in engines:
             engine.close()
