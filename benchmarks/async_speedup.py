@@ -22,6 +22,13 @@ the synchronous interval; the machine's core count and load average before and a
     PYTHONPATH=$PWD .venv/bin/python benchmarks/async_speedup.py \\
         --model workflow/resources/tiny_world --seeds 0 1 2
 
+``--config``: a saved run's ``config.yaml`` (the default study's GRPO run,
+``results/default/grpo/default/seed~0/config.yaml``: 50 steps, an evaluation of 512 problems
+every 10 and at the start, state saved every 5) run as it is, the seed set per run.
+
+With the fixed lag the worker also runs the evaluations (docs/async.md), so a run with
+evaluations overlaps them with training too.
+
 ``--tiny``: a few seconds per run (a plumbing check, not a measurement).
 """
 
@@ -74,11 +81,15 @@ WAYS = {
 }
 
 
-def launch(model: str, out: Path, settings: dict) -> dict:
-    """One run into ``out``: its launch wall seconds, ``wall_seconds`` and ``eval_accuracy``."""
+def launch(model: str, out: Path, settings: dict, config: str | None = None) -> dict:
+    """One run into ``out`` (from the settings file ``config`` when given, ``settings`` over
+    it): its launch wall seconds, ``wall_seconds`` and ``eval_accuracy``."""
     cfg = {**settings, "model_path": model}
     sets = [a for k, v in cfg.items() for a in ("--set", f"{k}={json.dumps(v)}")]
-    argv = [sys.executable, "-m", "reasoning_core.runtime.cli", "grpo", *sets, "--out", str(out)]
+    argv = [sys.executable, "-m", "reasoning_core.runtime.cli", "grpo"]
+    if config is not None:
+        argv += ["--config", config]
+    argv += [*sets, "--out", str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     t0 = time.perf_counter()
     done = subprocess.run(argv, env=env, capture_output=True, text=True)
@@ -101,12 +112,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="toy sizes: a plumbing check")
     parser.add_argument("--out", help="keep the runs here (default: a temporary folder)")
     parser.add_argument(
+        "--config",
+        help="a run's config.yaml to run as it is (its evaluations and saves included; seed, "
+        "one thread and no progress bar set here) instead of the short run above",
+    )
+    parser.add_argument(
         "--ways", nargs="+", choices=list(WAYS), default=["sync", "worker"], help="sync first"
     )
     args = parser.parse_args(argv)
     if args.ways[0] != "sync" or len(args.ways) < 2:
         parser.error("--ways: sync first, then at least one other way")
     settings = {**SETTINGS, **(TINY if args.tiny else {})}
+    if args.config:
+        settings = {"progress": False, "num_threads": 1, **(TINY if args.tiny else {})}
     print(f"cores {os.cpu_count()}, load average before {os.getloadavg()}")
     results: dict[str, list[dict]] = {way: [] for way in args.ways}
     with tempfile.TemporaryDirectory() as tmp:
@@ -115,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             order = list(args.ways) if i % 2 == 0 else list(reversed(args.ways))
             for way in order:
                 out = root / f"{way}_seed{seed}"
-                got = launch(args.model, out, {**settings, **WAYS[way], "seed": seed})
+                got = launch(args.model, out, {**settings, **WAYS[way], "seed": seed}, args.config)
                 results[way].append(got)
                 print(
                     f"seed {seed} {way:6s} launch {got['launch']:.1f} s, run {got['run']:.1f} s, "

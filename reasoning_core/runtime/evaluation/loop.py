@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import sys
 import time
+from collections.abc import Generator
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -75,7 +76,22 @@ class EvalResult(NamedTuple):
         return self.summary
 
 
-def evaluate_policy(
+def evaluate_policy(*args: Any, **kwargs: Any) -> EvalResult:
+    """Sample, grade and summarize in one call: :func:`evaluation_steps` run to its end (the
+    same arguments)."""
+    return finish_steps(evaluation_steps(*args, **kwargs))
+
+
+def finish_steps(steps: Generator[None, None, Any]) -> Any:
+    """Run a generator of steps (such as :func:`evaluation_steps`) to its end; its result."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
+
+
+def evaluation_steps(
     engine: RolloutEngine,
     examples: list[Any],
     task: Any,
@@ -91,8 +107,12 @@ def evaluate_policy(
     tokenizer: Any = None,
     entropy_micro_batch_size: MicroBatchSize | None = None,
     chat_tokenizer: Any = None,
-) -> EvalResult:
-    r"""Sample ``params.n`` responses per example and grade them.
+) -> Generator[None, None, EvalResult]:
+    r"""Sample ``params.n`` responses per example and grade them, as a generator that
+    pauses after each engine call (one batch of prompts) and returns the :class:`EvalResult`:
+    a caller can do other work with the engine between two batches (a rollout worker
+    samples training batches between them), so long as the engine holds the evaluated
+    weights again before the next step.
 
     Args:
         engine: any rollout engine (its current weights are evaluated; sync before calling).
@@ -122,6 +142,7 @@ def evaluate_policy(
             tuned on; the records keep the prompt as sent.
     """
     t0 = time.perf_counter()
+    paused = 0.0
     prompts = [task.format_prompt(ex, template) for ex in examples]
     if chat_tokenizer is not None:
         prompts = [chat_prompt(chat_tokenizer, p) for p in prompts]
@@ -136,6 +157,10 @@ def evaluate_policy(
         completions.extend(engine.generate(chunk, chunk_params))
         if bar is not None:
             bar.update(len(chunk))
+        if start + step < len(prompts):
+            paused_at = time.perf_counter()
+            yield  # between two engine calls; time/generate leaves the pause out
+            paused += time.perf_counter() - paused_at
     if bar is not None:
         bar.close()
 
@@ -180,7 +205,7 @@ def evaluate_policy(
             [c for outs in completions for c in outs],
             partial(records_entropy, model, tokenizer, records, entropy_micro_batch_size),
         )
-    summary["time/generate"] = t1 - t0
+    summary["time/generate"] = t1 - t0 - paused
     summary["time/grade"] = t2 - t1
     summary["time/entropy"] = time.perf_counter() - t2
     return EvalResult(summary, records)

@@ -60,6 +60,14 @@ class SilentMetrics:
         pass
 
 
+@dataclasses.dataclass
+class _Slot:
+    """A metrics line's place (:meth:`RunContext.reserve`): ``(values, step, split)`` once
+    known, None until then."""
+
+    line: tuple[dict[str, Any], int, str] | None
+
+
 class RunContext:
     """A run's output folder, metrics and wall clock; resume bookkeeping.
 
@@ -81,6 +89,7 @@ class RunContext:
         self.start = time.perf_counter()
         self.prior_elapsed = 0.0
         self.last_eval: dict[str, Any] | None = None
+        self._waiting: list[_Slot] = []  # a reserved line not written yet, and those after it
         self.resumed_extra: dict[str, Any] | None = None  # a trainer's extra state, resumed
         self.iterations: dict[str, int] | None = None  # {"iterations_done", "iterations_planned"}
         self.budget_stop: dict[str, int] | None = None  # the same, where max_wall_seconds stopped
@@ -116,11 +125,42 @@ class RunContext:
     def elapsed(self) -> float:
         return self.prior_elapsed + time.perf_counter() - self.start
 
-    def log(self, values: dict[str, Any], *, step: int, split: str) -> dict[str, Any]:
-        """One metrics line (``time/elapsed`` added); returns the record written."""
+    def log(
+        self, values: dict[str, Any], *, step: int, split: str, slot: Any = None
+    ) -> dict[str, Any]:
+        """One metrics line (``time/elapsed`` added); returns the record. ``slot``: the place
+        :meth:`reserve` kept for this line. While a reserved place is not filled, the lines
+        logged after it wait (in order, in memory) and are written once it is: the file's
+        order is always the order the lines were reserved or logged in."""
         values = dict(values)
         values["time/elapsed"] = self.elapsed()
-        return self.metrics.log(values, step=step, split=split)
+        if slot is not None:
+            slot.line = (values, step, split)
+        elif self._waiting:
+            self._waiting.append(_Slot((values, step, split)))
+        else:
+            return self.metrics.log(values, step=step, split=split)
+        while self._waiting and self._waiting[0].line is not None:
+            values_, step_, split_ = self._waiting.pop(0).line
+            self.metrics.log(values_, step=step_, split=split_)
+        return {"step": int(step), "split": split, **values}
+
+    def reserve(self) -> _Slot:
+        """Keep the next line's place for a line logged later with ``slot=`` (an evaluation a
+        rollout worker runs while training goes on)."""
+        slot = _Slot(None)
+        self._waiting.append(slot)
+        return slot
+
+    @property
+    def reserved(self) -> int:
+        """How many reserved places are not filled yet."""
+        return sum(slot.line is None for slot in self._waiting)
+
+    @property
+    def lines_waiting(self) -> bool:
+        """Whether a line logged waits for a reserved place before it to be filled."""
+        return any(slot.line is not None for slot in self._waiting)
 
     def resume(self, model, optimizer, scheduler) -> dict[str, Any] | None:
         """Restore the last saved state if there is one; else start the metrics afresh."""
@@ -151,6 +191,10 @@ class RunContext:
         """Save the resumable state (rank 0 writes it, with every rank's RNG states; each rank
         takes part in the gather, so every rank calls this); ``extra``: more a trainer keeps
         (read back as :attr:`resumed_extra`)."""
+        # The state's line count must cover every line logged; a place still reserved after
+        # the last of them is an evaluation the trainer asks for again on resume.
+        if any(slot.line is not None for slot in self._waiting):
+            raise RuntimeError("saving state while metrics lines wait for a reserved place")
         counters = dict(counters)
         counters["metrics_records"] = self.metrics.records
         counters["elapsed"] = broadcast_object(self.elapsed())
@@ -186,6 +230,8 @@ class RunContext:
         same facts but ``method``, ``optimizer_steps`` and (unless the budget stopped it) the
         iterations go first into the last ``metrics.jsonl`` line (split ``done``; wall seconds as
         its ``time/elapsed``), which ``rrl summary`` reads alone: ``done.json`` is not committed."""
+        if self._waiting:
+            raise RuntimeError("finishing while metrics lines wait for a reserved place")
         if self.main and self.cfg.save_checkpoint:
             save_checkpoint(model, tokenizer, self.out / "checkpoint")
         last = broadcast_object(self.last_eval) or {}

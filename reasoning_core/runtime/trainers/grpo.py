@@ -42,6 +42,7 @@ from reasoning_core.runtime.trainers import lifecycle
 from reasoning_core.runtime.trainers.grpo_config import GRPOConfig
 from reasoning_core.runtime.trainers.lifecycle import (
     after_iteration,
+    evaluate_pending,
     finish_training,
     progress,
     run_main,
@@ -196,7 +197,14 @@ def _train(cfg: GRPOConfig, out: str, cleanup: contextlib.ExitStack) -> dict:
         cfg, task, 1, f"setting 'train_split': {cfg.train_split!r} has no training questions"
     )
     rollouts = Rollouts.from_config(cfg, task, questions, sync_every=cfg.sync_every)
-    t = setup_training(cfg, out, "grpo", task, cfg.n_grpo_steps * cfg.steps_per_rollout_batch)
+    t = setup_training(
+        cfg,
+        out,
+        "grpo",
+        task,
+        cfg.n_grpo_steps * cfg.steps_per_rollout_batch,
+        evaluate_at_start=not cfg.worker_evaluates,
+    )
     if cfg.share_prompts:  # attn_implementation "auto" may have chosen FlashAttention 2
         check_packable(t.model)
     grpo_step, opt_step = t.resumed("grpo_step"), t.resumed("opt_step")
@@ -214,8 +222,20 @@ def _train(cfg: GRPOConfig, out: str, cleanup: contextlib.ExitStack) -> dict:
     bar = progress(total=cfg.n_grpo_steps, initial=grpo_step, desc="grpo", enabled=cfg.progress)
     # In-process, or with rollout_worker a process beside the learner, stopped by `cleanup`.
     source = cleanup.enter_context(
-        WorkerRollouts(cfg, versions, sample_rollout_batch, engine_factory(), t.run.resumed_extra)
+        WorkerRollouts(
+            cfg,
+            versions,
+            sample_rollout_batch,
+            engine_factory(),
+            t.run.resumed_extra,
+            lifecycle.Evaluator,
+        )
     )
+    # With the fixed-lag worker, the worker evaluates (step 0 too) while the learner trains.
+    t = t._replace(evaluator=source.evaluator(t.evaluator, t.run, grpo_step))
+    if cfg.worker_evaluates and t.counters is None and cfg.eval_at_start:
+        t.evaluator(t.engine, t.model, 0, t.run)
+    evaluate_pending(t)
     while grpo_step < cfg.n_grpo_steps:
         # 1. Sample group_size responses to each of this step's questions; grade them; the
         # rewards to train on (a control's, a length penalty added); with dynamic sampling,

@@ -485,6 +485,11 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
         return entry.name if self.use_std_normalization else entry.without_std
 
     @property
+    def worker_evaluates(self) -> bool:
+        """The fixed-lag rollout worker runs the evaluations too (docs/async.md)."""
+        return self.rollout_worker and not self.max_staleness
+
+    @property
     def scores_old_log_probs(self) -> bool:
         """Whether each rollout batch gets the no-gradient pass of the sampling policy: for the
         ratio losses, and for TIS when a rollout batch takes more than one optimizer step (the

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import sys
 import time
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -44,7 +45,7 @@ from reasoning_core.runtime.distributed.world import is_main, launched_rank, lau
 from reasoning_core.runtime.engines import make_engine, resolve_engine
 from reasoning_core.runtime.engines.rollout import RolloutEngine
 from reasoning_core.runtime.errors import ConfigError
-from reasoning_core.runtime.evaluation.loop import evaluate_policy
+from reasoning_core.runtime.evaluation.loop import evaluation_steps, finish_steps
 from reasoning_core.runtime.evaluation.summary import eval_line_stats, load_eval_examples
 from reasoning_core.runtime.run import ownership
 from reasoning_core.runtime.run.folder import RunContext
@@ -67,6 +68,16 @@ from reasoning_core.runtime.training.policy import (
 )
 from reasoning_core.runtime.training.rollouts import eval_params
 from reasoning_core.runtime.training.settings import CommonConfig, engine_options
+
+# The resumable state's record of the evaluations (their steps) asked for and not yet logged.
+PENDING_EVALS = "pending_evals"
+
+
+def evaluate_pending(t: Training) -> None:
+    """On resume, ask again for the evaluations the saved state records as not yet logged
+    (:func:`after_iteration`), in their order: their lines go right after the saved ones."""
+    for step in (t.run.resumed_extra or {}).get(PENDING_EVALS, []):
+        t.evaluator(t.engine, t.model, step, t.run)
 
 
 def start_run(
@@ -128,15 +139,26 @@ class Evaluator:
         # A sharded policy (FSDP2) cannot run forwards on rank 0 alone: the entropy pass runs
         # on the engine's full copy, just synced.
         model = getattr(engine, "full_model", model)
+        values, records = finish_steps(self.steps(engine, model))
+        values["time/sync"] = time.perf_counter() - t0 - values["time/eval"]
+        return self.record(run, step, values, records)
+
+    def steps(self, engine: RolloutEngine, model) -> Generator[None, None, tuple[dict, list]]:
+        """The evaluation of the weights ``engine`` holds (``model``: the same weights as a
+        module, for the entropy pass), as a generator that pauses between engine calls
+        (:func:`~reasoning_core.runtime.evaluation.loop.evaluation_steps`) and returns the
+        ``eval`` line's values (``time/eval``: its own time, pauses left out) and the
+        generations' records, for :meth:`record`."""
+        active = 0.0
+        resumed = time.perf_counter()
         was_training = model.training
         model.eval()
-        t1 = time.perf_counter()
         sampler, task = engine, self.task
         make_env = environment_factory(self.cfg, self.task)
         if make_env is not None:  # setting env: evaluated on episodes, the tool at hand
             sampler = EpisodeEngine(engine, make_env, self.examples, self.tokenizer)
             task = EnvironmentTask(make_env)
-        result = evaluate_policy(
+        steps = evaluation_steps(
             sampler,
             self.examples,
             task,
@@ -148,23 +170,50 @@ class Evaluator:
             tokenizer=self.tokenizer,
             entropy_micro_batch_size=self.entropy_micro,
         )
+        while True:
+            try:
+                next(steps)
+            except StopIteration as stop:
+                result = stop.value
+                break
+            active += time.perf_counter() - resumed
+            yield
+            resumed = time.perf_counter()
         model.train(was_training)
-        t2 = time.perf_counter()
         summary = result.summary
-        write_generations(run.out, step, result.records)
         values = {
             "accuracy": summary["answer_reward"],
             "format_reward": summary["format_reward"],
             "reward": summary["reward"],
             "num_examples": summary["num_examples"],
             **eval_line_stats(summary),
-            "time/sync": t1 - t0,
-            "time/eval": t2 - t1,
+            "time/sync": 0.0,
+            "time/eval": active + time.perf_counter() - resumed,
             "time/entropy": summary["time/entropy"],
         }
         if make_env is not None:  # what the tool did in the evaluation's episodes
             values.update(episode_metrics(sampler.episodes))
-        record = run.log(values, step=step, split="eval")
+        return values, result.records
+
+    def wait(self) -> None:
+        """Until every evaluation asked for is logged: nothing to wait for here (each is
+        logged when asked); a rollout worker's evaluations
+        (:class:`~reasoning_core.runtime.training.async_rollout.WorkerEvaluator`) come back
+        later."""
+
+    def settle(self) -> list[int]:
+        """Before a state is saved: until no metrics line waits for an evaluation; the steps
+        of the evaluations still out (of the weights about to be saved: a resumed run asks
+        for them again). None here."""
+        return []
+
+    def record(
+        self, run: RunContext, step: int, values: dict, records: list, slot: Any = None
+    ) -> dict:
+        """Write an evaluation's generations and its ``eval`` line at ``step`` (into the place
+        ``slot`` kept for it, when given: :meth:`RunContext.reserve`); return the line."""
+        write_generations(run.out, step, records)
+        record = run.log(values, step=step, split="eval", slot=slot)
         run.last_eval = record
         return record
 
@@ -232,11 +281,13 @@ def setup_training(
     task: envs.Task,
     total_steps: int,
     optimizer_fn: Any = make_optimizer,
+    evaluate_at_start: bool = True,
 ) -> Training:
     """Open the run folder, load the policy, build its optimizer (``optimizer_fn(model, cfg)``,
     AdamW unless the trainer says otherwise) and its ``total_steps`` schedule, resume from
     ``out/state`` if there is one, start the rollout engine and the evaluator, and evaluate at
-    step 0 on a fresh start (``eval_at_start``)."""
+    step 0 on a fresh start (``eval_at_start``; ``evaluate_at_start`` False: the trainer does,
+    with an evaluator of its own)."""
     run = RunContext(cfg, out, method)
     model, tokenizer = load_policy(cfg)
     full_model = None
@@ -254,7 +305,7 @@ def setup_training(
     else:
         engine = FullWeightsEngine(make_rollout_engine(cfg, full_model, tokenizer), full_model)
     evaluator = Evaluator(cfg, task, tokenizer)
-    if counters is None and cfg.eval_at_start:
+    if counters is None and cfg.eval_at_start and evaluate_at_start:
         evaluator(engine, model, 0, run)
     return Training(run, model, tokenizer, optimizer, scheduler, counters, engine, evaluator)
 
@@ -296,14 +347,21 @@ def after_iteration(
     if is_last or (cfg.eval_every and done % cfg.eval_every == 0):
         t.evaluator(t.engine, t.model, step, t.run)
     if not is_last and cfg.save_every and done % cfg.save_every == 0:
+        # The state counts every line logged before it; an evaluation of the weights it saves
+        # that has not come back yet is asked for again on resume.
+        pending = t.evaluator.settle()
+        if pending:
+            state_extra = {**(state_extra or {}), PENDING_EVALS: pending}
         t.run.save_state(t.model, t.optimizer, t.scheduler, extra=state_extra, **counters)
     return False
 
 
 def finish_training(t: Training, *, step: int, extra: dict[str, Any] | None = None) -> dict:
     """Evaluate at ``step`` unless that was just done, then finish the run folder."""
+    t.evaluator.wait()
     if broadcast_object(t.run.last_eval is None or t.run.last_eval["step"] != step):
         t.evaluator(t.engine, t.model, step, t.run)
+        t.evaluator.wait()
     return t.run.finish(whole_policy(t), t.tokenizer, step=step, extra=extra)
 
 

@@ -14,6 +14,13 @@ versions old. Questions, engine seeds and reward controls are the functions of
 trainer), so a run with the worker trains on the very batches of the in-process fixed-lag
 run: the same metrics apart from ``time/``.
 
+Evaluations: with the fixed lag the worker also evaluates (:class:`WorkerEvaluator`, the
+learner's evaluator then): the learner sends the weights to evaluate and keeps the line's
+place in the metrics; the worker runs the evaluation one engine call at a time while the
+version its next batch needs has not come, and sends the result back through the batch
+queue; the learner logs it in its place (lines after it wait until then), so the metrics
+and generations equal the in-process run's apart from ``time/``.
+
 Shutdown: :meth:`RolloutWorker.close` stops and joins the worker (the learner's
 :class:`WorkerRollouts` calls it on leaving its ``with``); a worker error comes back to the learner as a RuntimeError with the worker's
 traceback; the worker is a daemon and also leaves by itself when its parent is gone (a learner
@@ -33,10 +40,12 @@ with the first batch it is asked for and stops it on the way out.
 
 from __future__ import annotations
 
+import collections
 import copy
 import os
 import queue
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Any
@@ -75,6 +84,7 @@ def worker_main(
     parent: int,
     make_engine: Any,
     sample: Any,
+    make_evaluator: Any = None,
 ) -> None:
     """The worker process: sample steps ``start ..`` of ``cfg``'s run into ``batches`` as
     ``(step, filled)`` (``filled``: what ``sample_rollout_batch`` returns, its batch carrying
@@ -83,7 +93,13 @@ def worker_main(
     error, ``("error", traceback)``; ends on ``stop`` (after the last step too, since the
     batches' tensors are shared through this process until the learner has them), or when
     the learner (``parent``) is gone. ``sample(cfg, tools, rollouts, step, weights)`` samples
-    a step (the trainer's ``sample_rollout_batch``)."""
+    a step (the trainer's ``sample_rollout_batch``).
+
+    With the fixed lag the worker also evaluates: ``("eval", state_dict)`` on ``weights``
+    asks for an evaluation of those weights by ``make_evaluator(cfg, task, tokenizer)`` (the
+    trainer's evaluator), run one engine call at a time whenever the next batch's version
+    has not come yet; its ``(values, records)`` go back as ``("eval", (values, records))``,
+    in the order asked."""
     from reasoning_core.runtime.training.policy import load_policy, setup_torch
     from reasoning_core.runtime.training.rollouts import Rollouts, load_questions
 
@@ -106,7 +122,8 @@ def worker_main(
         if cfg.max_staleness:
             _run_free(cfg, start, tools, rollouts, link, sample)
         else:
-            _run_lagged(cfg, start, versions, tools, rollouts, link, sample)
+            evals = _Evaluations(make_evaluator(cfg, task, tokenizer), tools.engine, model)
+            _run_lagged(cfg, start, versions, tools, rollouts, link, sample, evals)
         # Tensors in the queue are shared through this process: it stays until told to stop.
         while not stop.wait(POLL_SECONDS):
             if not _parent_alive(parent):
@@ -138,6 +155,25 @@ class _Link:
         except queue.Empty:
             return None
 
+    def receive_all(self) -> list[Any]:
+        """Every message sent and not yet received, without waiting."""
+        out = []
+        while True:
+            try:
+                out.append(self.weights.get_nowait())
+            except queue.Empty:
+                return out
+
+    def send_eval(self, result: tuple[dict, list]) -> bool:
+        """Put an evaluation's ``(values, records)`` into the queue (as :meth:`send`)."""
+        while not self.stopped():
+            try:
+                self.batches.put(("eval", result), timeout=POLL_SECONDS)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def send(self, batch: int, filled: Any, version: int) -> bool:
         """Put batch ``batch`` (its samples marked as drawn by ``version``) into the bounded
         queue, waiting for the learner to take one; False when told to stop (or the learner is
@@ -153,6 +189,38 @@ class _Link:
         return False
 
 
+class _Evaluations:
+    """The evaluations the learner asked the worker for, oldest first, each a generator of
+    engine calls (:meth:`Evaluator.steps`) with the weights it evaluates."""
+
+    def __init__(self, evaluator: Any, engine: Any, model: torch.nn.Module) -> None:
+        self.evaluator = evaluator
+        self.engine = engine
+        self.model = model  # the entropy pass's module, when the engine returns none
+        self.jobs: collections.deque = collections.deque()
+
+    def add(self, state: dict[str, torch.Tensor]) -> None:
+        weights = FrozenWeights(state)
+        self.jobs.append([weights, self.evaluator.steps(self.engine, self.model), 0.0])
+
+    def advance(self) -> tuple[dict, list] | None:
+        """One engine call of the oldest evaluation (its weights synced first: sampling
+        between two calls syncs others); its ``(values, records)`` when that was its last."""
+        job = self.jobs[0]
+        t0 = time.perf_counter()
+        self.engine.sync_weights(job[0])
+        self.model.load_state_dict(job[0].state_dict())
+        job[2] += time.perf_counter() - t0
+        try:
+            next(job[1])
+        except StopIteration as stop:
+            self.jobs.popleft()
+            values, records = stop.value
+            values["time/sync"] = job[2]
+            return values, records
+        return None
+
+
 def _run_lagged(
     cfg: Any,
     start: int,
@@ -161,22 +229,39 @@ def _run_lagged(
     rollouts: Any,
     link: _Link,
     sample: Any,
+    evals: _Evaluations,
 ) -> None:
-    """Fixed lag: step k's batch with version ``max(0, k - rollout_lag)``, waiting for it."""
+    """Fixed lag: step k's batch with version ``max(0, k - rollout_lag)`` as soon as that
+    version is here; while it is not, the evaluations asked for, an engine call at a time."""
     held = dict(versions)
-    for step in range(start, cfg.n_grpo_steps):
+    step = start
+    while not link.stopped():
+        for got in link.receive_all():
+            _take(got, held, evals)
         need = max(0, step - cfg.rollout_lag)
-        while need not in held:  # the learner has not finished that update yet
-            if link.stopped():
+        if step < cfg.n_grpo_steps and need in held:
+            for old in [v for v in held if v < need]:
+                del held[old]
+            filled = sample(cfg, tools, rollouts, step, FrozenWeights(held[need]))
+            if not link.send(step, filled, need):
                 return
+            step += 1
+        elif evals.jobs:  # the learner has not finished that update yet: evaluate meanwhile
+            done = evals.advance()
+            if done is not None and not link.send_eval(done):
+                return
+        else:
             got = link.receive()
             if got is not None:
-                held[got[0]] = got[2]
-        for old in [v for v in held if v < need]:
-            del held[old]
-        filled = sample(cfg, tools, rollouts, step, FrozenWeights(held[need]))
-        if not link.send(step, filled, need):
-            return
+                _take(got, held, evals)
+
+
+def _take(got: tuple, held: dict[int, dict[str, torch.Tensor]], evals: _Evaluations) -> None:
+    """File a message from the learner: a version's weights, or an evaluation asked for."""
+    if got[0] == "eval":
+        evals.add(got[1])
+    else:
+        held[got[0]] = got[2]
 
 
 def _ahead(batch: int, taken: int) -> int:
@@ -224,6 +309,7 @@ class RolloutWorker:
         make_engine: Any,
         sample: Any,
         dropped: int = 0,
+        make_evaluator: Any = None,
     ) -> None:
         ctx = mp.get_context("spawn")
         self.weights = ctx.Queue()
@@ -233,6 +319,8 @@ class RolloutWorker:
         self.stop = ctx.Event()
         self.taken = start  # the batches the learner has taken (its next one's index)
         self.dropped = dropped
+        self.on_eval: Any = None  # called with each evaluation's (values, records)
+        self._early: collections.deque = collections.deque()  # batches read while waiting
         shared = {v: _cpu_copy(state) for v, state in versions.items()}
         self.process = ctx.Process(
             target=worker_main,
@@ -246,6 +334,7 @@ class RolloutWorker:
                 os.getpid(),
                 make_engine,
                 sample,
+                make_evaluator,
             ),  # fmt: skip
             daemon=True,
             name="rrl-rollout-worker",
@@ -260,9 +349,13 @@ class RolloutWorker:
         """Send the weights of ``version`` (the policy after that many GRPO steps)."""
         self.weights.put((version, self.taken, _cpu_copy(model.state_dict())))
 
-    def get(self, batch: int) -> Any:
-        """Batch ``batch``'s ``sample_rollout_batch`` result, sampled by the worker (the
-        worker's batches come in order: ``batch`` is the next).
+    def evaluate(self, model: torch.nn.Module) -> None:
+        """Ask the worker to evaluate ``model``'s weights now; the result reaches
+        :attr:`on_eval` while the learner reads the queue (:meth:`get`, :meth:`next_eval`)."""
+        self.weights.put(("eval", _cpu_copy(model.state_dict())))
+
+    def _read(self, waiting_for: str) -> tuple[Any, Any]:
+        """The worker's next message, ``(batch index or "eval", payload)``, waiting for it.
 
         Raises:
             RuntimeError: with the worker's traceback when it failed, or when it ended
@@ -270,16 +363,45 @@ class RolloutWorker:
         """
         while True:
             try:
-                got, filled = self.batches.get(timeout=POLL_SECONDS)
+                got, payload = self.batches.get(timeout=POLL_SECONDS)
             except queue.Empty:
                 if not self.process.is_alive():
                     raise RuntimeError(
                         f"the rollout worker (pid {self.process.pid}) ended with exit code "
-                        f"{self.process.exitcode} before sampling step {batch + 1}"
+                        f"{self.process.exitcode} before {waiting_for}"
                     ) from None
                 continue
             if got == "error":
-                raise RuntimeError(f"the rollout worker failed:\n{filled}")
+                raise RuntimeError(f"the rollout worker failed:\n{payload}")
+            return got, payload
+
+    def next_eval(self) -> None:
+        """Read the queue until the next evaluation comes back (handed to :attr:`on_eval`);
+        the batches read meanwhile are kept, in order, for :meth:`get`."""
+        while True:
+            got, payload = self._read("sending an evaluation back")
+            if got == "eval":
+                self.on_eval(*payload)
+                return
+            self._early.append((got, payload))
+
+    def get(self, batch: int) -> Any:
+        """Batch ``batch``'s ``sample_rollout_batch`` result, sampled by the worker (the
+        worker's batches come in order: ``batch`` is the next); an evaluation that comes back
+        meanwhile goes to :attr:`on_eval`.
+
+        Raises:
+            RuntimeError: with the worker's traceback when it failed, or when it ended
+                without a word (killed).
+        """
+        while True:
+            if self._early:
+                got, filled = self._early.popleft()
+            else:
+                got, filled = self._read(f"sampling step {batch + 1}")
+            if got == "eval":
+                self.on_eval(*filled)
+                continue
             if got != batch:
                 raise RuntimeError(f"the rollout worker sent step {got + 1}, expected {batch + 1}")
             self.taken = batch + 1
@@ -327,11 +449,13 @@ class WorkerRollouts:
         sample: Any,
         make_engine: Any,
         extra: dict[str, Any] | None = None,
+        make_evaluator: Any = None,
     ) -> None:
         self.cfg = cfg
         self.versions = versions
         self.sample = sample
         self.make_engine = make_engine
+        self.make_evaluator = make_evaluator
         self.worker: RolloutWorker | None = None
         self.dropped = int((extra or {}).get("dropped_batches", 0))
 
@@ -342,6 +466,28 @@ class WorkerRollouts:
         if self.worker is not None:
             self.worker.close()
 
+    def _started(self, step: int) -> RolloutWorker:
+        """The worker, started (from GRPO step ``step``, the loop's next) if not yet."""
+        if self.worker is None:
+            self.worker = RolloutWorker(
+                self.cfg,
+                step + self.dropped,  # free running: no batch index is sampled twice
+                self.versions.versions,
+                self.make_engine,
+                self.sample,
+                self.dropped,
+                self.make_evaluator,
+            )
+        return self.worker
+
+    def evaluator(self, evaluator: Any, run: Any, step: int) -> Any:
+        """The evaluator a run with the fixed-lag worker uses in place of ``evaluator``: the
+        worker evaluates (:class:`WorkerEvaluator`); in-process, or free running,
+        ``evaluator`` itself. ``step``: the GRPO loop's next step (the worker starts there)."""
+        if not self.cfg.rollout_worker or self.cfg.max_staleness:
+            return evaluator
+        return WorkerEvaluator(evaluator, run, lambda: self._started(step))
+
     def batch(self, t: Any, rollouts: Any, step: int) -> Any:
         """Step ``step``'s ``sample_rollout_batch`` result, its batch carrying its versions."""
         cfg = self.cfg
@@ -349,16 +495,7 @@ class WorkerRollouts:
         if not cfg.rollout_worker:
             filled = self.sample(cfg, t, rollouts, step, sampler)
         else:  # sampled beside the learner
-            if self.worker is None:
-                self.worker = RolloutWorker(
-                    cfg,
-                    step + self.dropped,  # free running: no batch index is sampled twice
-                    self.versions.versions,
-                    self.make_engine,
-                    self.sample,
-                    self.dropped,
-                )
-            self.worker.publish(step, t.model)
+            self._started(step).publish(step, t.model)
             if cfg.max_staleness:
                 filled = self.worker.next_fresh(step, cfg.max_staleness)
                 self.dropped = self.worker.dropped
@@ -383,6 +520,45 @@ class WorkerRollouts:
         if self.cfg.max_staleness:
             return {"dropped_batches": self.dropped}
         return self.versions.state()
+
+
+class WorkerEvaluator:
+    """A run's evaluator when the fixed-lag worker evaluates: called as
+    :class:`~reasoning_core.runtime.trainers.lifecycle.Evaluator` is, it keeps the ``eval``
+    line's place in the metrics (:meth:`RunContext.reserve`) and sends the policy's weights to
+    the worker, which evaluates them with the run's own evaluator between its rollout
+    batches while the learner trains on; the line, the generations and ``last_eval`` are
+    written when the result comes back (:meth:`wait` waits for all). The worker's engine
+    holds the very weights the learner's would, and every engine call of an evaluation is
+    seeded as in-process, so the lines equal the in-process run's apart from ``time/``."""
+
+    def __init__(self, evaluator: Any, run: Any, worker: Any) -> None:
+        self.evaluator = evaluator
+        self.run = run
+        self.worker = worker  # the started RolloutWorker, when called
+        self.pending: collections.deque = collections.deque()  # (step, slot), oldest first
+
+    def __call__(self, engine: Any, model: torch.nn.Module, step: int, run: Any) -> None:
+        worker = self.worker()
+        worker.on_eval = self._back
+        self.pending.append((step, run.reserve()))
+        worker.evaluate(model)
+
+    def _back(self, values: dict, records: list) -> None:
+        step, slot = self.pending.popleft()
+        self.evaluator.record(self.run, step, values, records, slot=slot)
+
+    def wait(self) -> None:
+        """Until every evaluation asked for is back and logged."""
+        while self.pending:
+            self.worker().next_eval()
+
+    def settle(self) -> list[int]:
+        """Until no metrics line waits for an evaluation; the steps of those still out (all
+        asked for after the last line logged: of the learner's current weights)."""
+        while self.run.lines_waiting:
+            self.worker().next_eval()
+        return [step for step, _ in self.pending]
 
 
 def _cpu_copy(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

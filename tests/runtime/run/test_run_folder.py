@@ -415,3 +415,30 @@ def test_a_full_disk_at_the_final_checkpoint_is_a_message_and_cleaned_up(
     assert f"the partial copy {checkpoint}.tmp-{os.getpid()} was removed" in err
     assert "Traceback" not in err
     assert not list(out.glob("checkpoint*")) and not (out / "done.json").exists()
+
+
+def test_a_reserved_line_keeps_its_place_and_holds_the_lines_after_it(tmp_path):
+    """A line logged into a place kept earlier (a rollout worker's evaluation) is written
+    there: the lines logged after the place wait until it is filled, so the file keeps the
+    order the lines were reserved or logged in; no state is saved while lines wait."""
+    from tiny_model import save_tiny_model
+
+    from reasoning_core.runtime.run.folder import RunContext
+
+    cfg = sft.SFTConfig(model_path=str(save_tiny_model(tmp_path / "m")), task="arithmetic")
+    run = RunContext(cfg, tmp_path / "run", "sft")
+    run.metrics.restore(0)
+    run.log({"loss": 1.0}, step=1, split="train")
+    first, second = run.reserve(), run.reserve()
+    run.log({"loss": 2.0}, step=2, split="train")
+    assert run.reserved == 2
+    with pytest.raises(RuntimeError, match="wait for a reserved place"):
+        run.save_state(torch.nn.Linear(1, 1), None, None, opt_step=2)
+    run.log({"accuracy": 0.5}, step=2, split="eval", slot=second)  # filled out of order
+    assert [r["step"] for r in read_metrics(tmp_path / "run")] == [1]
+    record = run.log({"accuracy": 0.25}, step=1, split="eval", slot=first)
+    assert record["accuracy"] == 0.25 and run.reserved == 0
+    run.log({"loss": 3.0}, step=3, split="train")
+    lines = [(r["step"], r["split"]) for r in read_metrics(tmp_path / "run")]
+    assert lines == [(1, "train"), (1, "eval"), (2, "eval"), (2, "train"), (3, "train")]
+    run.metrics.close()

@@ -15,6 +15,7 @@ tests/runtime/run/test_resume.py.)
 
 from __future__ import annotations
 
+import collections
 import multiprocessing
 import queue
 from types import SimpleNamespace
@@ -72,6 +73,7 @@ class _Alive:
 def test_next_fresh_drops_the_stale_batches_only():
     worker = RolloutWorker.__new__(RolloutWorker)  # the learner's side, fed by hand
     worker.batches, worker.process, worker.taken, worker.dropped = queue.Queue(), _Alive(), 5, 2
+    worker._early = collections.deque()
     for index, version in ((5, 1), (6, 2), (7, 3), (8, 1)):
         worker.batches.put((index, _filled(version)))
     got = worker.next_fresh(step=4, max_staleness=1)

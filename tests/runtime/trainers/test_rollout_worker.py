@@ -22,11 +22,11 @@ import pytest
 import scripted_rollouts
 import torch
 import worker_hooks
-from micro_world import GRPO, run_trainer, sets, train_lines
+from micro_world import GRPO, record_calls, run_trainer, sets, train_lines, without_time
 from project_root import ROOT
 
 from reasoning_core.runtime.errors import ConfigError
-from reasoning_core.runtime.trainers import grpo
+from reasoning_core.runtime.trainers import grpo, lifecycle
 from reasoning_core.runtime.training.async_rollout import RolloutWorker
 
 LAGGED = {**GRPO, "rollout_lag": 1, "save_every": 0, "offpolicy_correction": "decoupled"}
@@ -41,8 +41,15 @@ def _weights(run: Path) -> dict:
 def test_worker_trains_on_the_in_process_lagged_batches(world, tmp_path, monkeypatch):
     scripted_rollouts.install(monkeypatch)  # the worker process scripts its rollouts too
     inline = run_trainer(grpo, LAGGED, world, tmp_path / "inline")
+    learner_evals = record_calls(monkeypatch, lifecycle.Evaluator, "__call__")
     beside = run_trainer(grpo, {**LAGGED, "rollout_worker": True}, world, tmp_path / "worker")
-    assert train_lines(beside) == train_lines(inline)
+    assert learner_evals == []  # the worker evaluated
+    # Every line in its place, the evaluations the worker ran (steps 0, 4, 8) included.
+    assert without_time(beside) == without_time(inline)
+    assert [r["step"] for r in inline if r["split"] == "eval"] == [0, 4, 8]
+    for step in (0, 4, 8):
+        name = f"generations/step_{step:06d}.jsonl"
+        assert (tmp_path / "worker" / name).read_text() == (tmp_path / "inline" / name).read_text()
     assert [r for r in train_lines(inline) if r["grad_norm"] > 0]
     want, got = _weights(tmp_path / "inline"), _weights(tmp_path / "worker")
     assert all(torch.equal(want[k], got[k]) for k in want)
