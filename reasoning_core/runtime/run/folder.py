@@ -90,6 +90,7 @@ class RunContext:
         self.prior_elapsed = 0.0
         self.last_eval: dict[str, Any] | None = None
         self._waiting: list[_Slot] = []  # a reserved line not written yet, and those after it
+        self.save_due: int | None = None  # the iteration a save not made yet fell due at
         self.resumed_extra: dict[str, Any] | None = None  # a trainer's extra state, resumed
         self.iterations: dict[str, int] | None = None  # {"iterations_done", "iterations_planned"}
         self.budget_stop: dict[str, int] | None = None  # the same, where max_wall_seconds stopped

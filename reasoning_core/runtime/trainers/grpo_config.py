@@ -201,7 +201,9 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
     eval_every: int = 5
     """Evaluate every N GRPO steps; 0: only at the start and the end."""
     save_every: int = 5
-    """Save the resumable state every N GRPO steps; 0: never."""
+    """Save the resumable state every N GRPO steps; 0: never. With the fixed-lag rollout
+    worker a due save waits for the first step at which no metrics line waits for an
+    evaluation the worker runs, N steps at most (docs/async.md)."""
 
     # The settings whose choices are registries: --help and docs/configuration.md list them.
     CHOICES = {

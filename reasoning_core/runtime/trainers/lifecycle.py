@@ -201,10 +201,11 @@ class Evaluator:
         (:class:`~reasoning_core.runtime.training.async_rollout.WorkerEvaluator`) come back
         later."""
 
-    def settle(self) -> list[int]:
-        """Before a state is saved: until no metrics line waits for an evaluation; the steps
-        of the evaluations still out (of the weights about to be saved: a resumed run asks
-        for them again). None here."""
+    def settle(self, wait: bool = False) -> list[int] | None:
+        """Before a state is saved: the steps of the evaluations still out, all of the weights
+        about to be saved (a resumed run asks for them again), or None while a metrics line
+        waits for one (the state cannot be saved yet; ``wait``: wait until none does). Here
+        none is ever out: ``[]``."""
         return []
 
     def record(
@@ -346,13 +347,20 @@ def after_iteration(
         return True
     if is_last or (cfg.eval_every and done % cfg.eval_every == 0):
         t.evaluator(t.engine, t.model, step, t.run)
-    if not is_last and cfg.save_every and done % cfg.save_every == 0:
-        # The state counts every line logged before it; an evaluation of the weights it saves
-        # that has not come back yet is asked for again on resume.
-        pending = t.evaluator.settle()
-        if pending:
-            state_extra = {**(state_extra or {}), PENDING_EVALS: pending}
-        t.run.save_state(t.model, t.optimizer, t.scheduler, extra=state_extra, **counters)
+    if not is_last and cfg.save_every and done % cfg.save_every == 0 and t.run.save_due is None:
+        t.run.save_due = done
+    if t.run.save_due is not None and not is_last:
+        # The state counts every line logged before it: while a line waits for an evaluation
+        # a rollout worker runs, the save waits for a later iteration rather than the learner
+        # for the worker, for save_every iterations at most (then the learner waits). An
+        # evaluation of the very weights it saves that has not come back yet is asked for
+        # again on resume.
+        pending = t.evaluator.settle(wait=done - t.run.save_due >= cfg.save_every)
+        if pending is not None:
+            if pending:
+                state_extra = {**(state_extra or {}), PENDING_EVALS: pending}
+            t.run.save_state(t.model, t.optimizer, t.scheduler, extra=state_extra, **counters)
+            t.run.save_due = None
     return False
 
 

@@ -553,11 +553,14 @@ class WorkerEvaluator:
         while self.pending:
             self.worker().next_eval()
 
-    def settle(self) -> list[int]:
-        """Until no metrics line waits for an evaluation; the steps of those still out (all
-        asked for after the last line logged: of the learner's current weights)."""
-        while self.run.lines_waiting:
+    def settle(self, wait: bool = False) -> list[int] | None:
+        """None while a metrics line waits for an evaluation (the state waits for a later
+        iteration; ``wait``: until no line does); else the steps of the evaluations still
+        out, all asked for after the last line logged: of the learner's current weights."""
+        while wait and self.run.lines_waiting:
             self.worker().next_eval()
+        if self.run.lines_waiting:
+            return None
         return [step for step, _ in self.pending]
 
 

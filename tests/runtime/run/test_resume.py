@@ -77,10 +77,12 @@ def _weights(run: Path) -> dict:
 # after the second); SFT after step 4 of 6; EI after step 6, in the second iteration (at least
 # 16 kept rollouts, 4 steps, per iteration), resumed from the state saved after the first.
 # GRPO with rollout_lag 2: the resumed steps sample with versions 0 and 1, kept in the state.
-# With the worker besides: the state saved after the second GRPO step records its evaluation
-# (at optimizer step 4, asked for just before the save) as not yet logged; the resumed run asks
-# for it again, and its line lands in its place.
 LAGGED = {**GRPO, "rollout_lag": 2, "offpolicy_correction": "decoupled"}
+# With the worker evaluating every GRPO step from the first (none at step 0): the state saved
+# after the first step records its evaluation (at optimizer step 2, asked for just before the
+# save, the first line ever to wait) as not yet logged; killed after optimizer step 3, the
+# resumed run asks for it again, and its line lands in its place.
+WORKER = {**LAGGED, "rollout_worker": True, "eval_at_start": False, "eval_every": 1}
 
 
 @pytest.mark.parametrize(
@@ -90,7 +92,7 @@ LAGGED = {**GRPO, "rollout_lag": 2, "offpolicy_correction": "decoupled"}
         ("sft", SFT, 4),
         ("ei", EI, 6),
         ("grpo", LAGGED, 5),
-        ("grpo", {**LAGGED, "rollout_worker": True}, 5),
+        ("grpo", WORKER, 3),
     ],
 )
 def test_killed_run_resumes_to_the_same_metrics_and_weights(
@@ -115,7 +117,7 @@ def test_killed_run_resumes_to_the_same_metrics_and_weights(
     assert last == kill_at or (cfg.get("rollout_worker") and last < kill_at)
     if cfg.get("rollout_worker"):
         saved = torch.load(out / "state" / "trainer_state.pt", weights_only=False)
-        assert saved["extra"]["pending_evals"] == [4]
+        assert saved["extra"]["pending_evals"] == [2]
     second = _subprocess_run(module, cfg, world, out, exit_after=None)
     assert second.returncode == 0, second.stderr[-2000:]
     assert "resumed from" in second.stderr
