@@ -209,3 +209,44 @@ def test_the_smollm2_calculator_study_is_committed_whole_and_chains_its_runs():
     judged = rows[("eval_accuracy", "leaderboard", "results/real_cpu/leaderboard")]
     assert judged["n_run"] == "3" and judged["n_baseline"] == "4"
     assert judged["clear"] == "false"  # inside the band, as docs/tools.md says
+
+
+def test_the_async_study_is_committed_whole_and_its_runs_are_as_stale_as_their_lag():
+    """results/async (workflow/config/async.yaml): every row of its sweep table and the default
+    run, three seeds each, judged against grpo/default on both metrics; every train line of a
+    lagged run records the staleness its lag gives (step k sampled by version max(0, k - L):
+    min(k, L) old). And what docs/async.md states: without a correction lag 8 ends clearly
+    below the default, while each correction keeps lags 1 to 4 within 1.5 points, none clear."""
+    import csv
+
+    folder = STUDIES / "async"
+    with (folder / "summary.tsv").open() as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    seeds: dict[str, set[str]] = {}
+    for row in rows:
+        if row["seed"] not in ("", "mean"):
+            seeds.setdefault(row["run"], set()).add(row["seed"])
+    table = ROOT / "workflow/config/sweeps/async/grpo_async.tsv"
+    assert len(seeds) == len(table.read_text().splitlines()) - 1 + 1
+    assert all(s == {"0", "1", "2"} for s in seeds.values()), seeds
+    for run in seeds:
+        lag = int(next((p.split("~")[1] for p in run.split("/") if "rollout_lag~" in p), 0))
+        for n in range(3):
+            train = [r for r in read_metrics(folder / run / f"seed~{n}") if r["split"] == "train"]
+            assert [r["grpo_step"] for r in train] == list(range(1, 51)), run
+            if lag:
+                stale = [r["async/staleness_max"] for r in train]
+                assert stale == [min(k, lag) for k in range(50)], run
+    with (folder / "ablations.tsv").open() as f:
+        judged = {(r["metric"], r["run"]): r for r in csv.DictReader(f, delimiter="\t")}
+    others = sorted(set(seeds) - {"grpo/default"})
+    for metric in ("eval_accuracy", "eval_format_reward"):
+        assert sorted(run for m, run in judged if m == metric) == others
+    uncorrected = judged[("eval_accuracy", "grpo/rollout_lag~8")]
+    assert uncorrected["clear"] == "true" and float(uncorrected["diff"]) < -0.5
+    for correction in ("tis", "decoupled", "icepop"):
+        for lag in (1, 2, 4):
+            row = judged[
+                ("eval_accuracy", f"grpo/offpolicy_correction~{correction}/rollout_lag~{lag}")
+            ]
+            assert row["clear"] == "false" and abs(float(row["diff"])) < 0.015, row
