@@ -6,7 +6,9 @@ The same run two (or more) ways, per seed:
 - ``worker``: ``rollout_lag: 1`` and ``rollout_worker: true``: a second process samples step
   k + 1 with the weights of step k while the learner trains on step k (docs/async.md);
 - ``free``: ``rollout_worker: true`` and ``max_staleness: 1``: the worker samples with the
-  newest weights it holds, at most one version behind (not reproducible).
+  newest weights it holds, at most one version behind (not reproducible);
+- ``worker_decoupled``: ``worker`` with ``offpolicy_correction: decoupled`` (the learner
+  also scores the batch's proximal log-probs, one no-gradient forward a step).
 
 ``--ways`` picks them (default ``sync worker``); every way is compared with ``sync``.
 
@@ -78,6 +80,11 @@ WAYS = {
     "sync": {},
     "worker": {"rollout_lag": 1, "rollout_worker": True},
     "free": {"rollout_worker": True, "max_staleness": 1},
+    "worker_decoupled": {
+        "rollout_lag": 1,
+        "rollout_worker": True,
+        "offpolicy_correction": "decoupled",
+    },
 }
 
 
