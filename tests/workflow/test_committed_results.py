@@ -87,18 +87,26 @@ def test_committed_robustness_table_is_what_rrl_robustness_writes(tmp_path):
     assert out.read_text() == (STUDIES / "robustness/robustness.tsv").read_text()
 
 
-def test_the_policy_gradient_family_is_committed_whole_with_three_seeds():
-    """results/pg_family holds every row of its sweep table and the default run, three seeds
-    each, and ablations.tsv judges each against grpo/default on both metrics."""
+def study_seeds(folder) -> dict[str, set[str]]:
+    """The seeds of each run in a study's summary.tsv (its mean rows left out)."""
     import csv
 
-    folder = STUDIES / "pg_family"
     with (folder / "summary.tsv").open() as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
     seeds: dict[str, set[str]] = {}
     for row in rows:
         if row["seed"] not in ("", "mean"):
             seeds.setdefault(row["run"], set()).add(row["seed"])
+    return seeds
+
+
+def test_the_policy_gradient_family_is_committed_whole_with_three_seeds():
+    """results/pg_family holds every row of its sweep table and the default run, three seeds
+    each, and ablations.tsv judges each against grpo/default on both metrics."""
+    import csv
+
+    folder = STUDIES / "pg_family"
+    seeds = study_seeds(folder)
     table = ROOT / "workflow/config/sweeps/pg_family/grpo_variants.tsv"
     variants = len(table.read_text().splitlines()) - 1
     assert len(seeds) == variants + 1 and "grpo/default" in seeds
@@ -220,12 +228,7 @@ def test_the_async_study_is_committed_whole_and_its_runs_are_as_stale_as_their_l
     import csv
 
     folder = STUDIES / "async"
-    with (folder / "summary.tsv").open() as f:
-        rows = list(csv.DictReader(f, delimiter="\t"))
-    seeds: dict[str, set[str]] = {}
-    for row in rows:
-        if row["seed"] not in ("", "mean"):
-            seeds.setdefault(row["run"], set()).add(row["seed"])
+    seeds = study_seeds(folder)
     table = ROOT / "workflow/config/sweeps/async/grpo_async.tsv"
     assert len(seeds) == len(table.read_text().splitlines()) - 1 + 1
     assert all(s == {"0", "1", "2"} for s in seeds.values()), seeds
