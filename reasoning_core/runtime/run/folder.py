@@ -194,7 +194,7 @@ class RunContext:
         (read back as :attr:`resumed_extra`)."""
         # The state's line count must cover every line logged; a place still reserved after
         # the last of them is an evaluation the trainer asks for again on resume.
-        if any(slot.line is not None for slot in self._waiting):
+        if self.lines_waiting:
             raise RuntimeError("saving state while metrics lines wait for a reserved place")
         counters = dict(counters)
         counters["metrics_records"] = self.metrics.records

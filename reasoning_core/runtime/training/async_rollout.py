@@ -189,34 +189,49 @@ class _Link:
         return False
 
 
+@dataclass
+class _EvalJob:
+    """One evaluation asked for: its weights, its engine calls to go (:meth:`Evaluator.steps`)
+    and the seconds spent syncing the weights before them."""
+
+    weights: FrozenWeights
+    steps: Any
+    sync_seconds: float = 0.0
+    started: bool = False
+
+
 class _Evaluations:
-    """The evaluations the learner asked the worker for, oldest first, each a generator of
-    engine calls (:meth:`Evaluator.steps`) with the weights it evaluates."""
+    """The evaluations the learner asked the worker for, oldest first."""
 
     def __init__(self, evaluator: Any, engine: Any, model: torch.nn.Module) -> None:
         self.evaluator = evaluator
         self.engine = engine
         self.model = model  # the entropy pass's module, when the engine returns none
-        self.jobs: collections.deque = collections.deque()
+        self.jobs: collections.deque[_EvalJob] = collections.deque()
 
     def add(self, state: dict[str, torch.Tensor]) -> None:
-        weights = FrozenWeights(state)
-        self.jobs.append([weights, self.evaluator.steps(self.engine, self.model), 0.0])
+        self.jobs.append(
+            _EvalJob(FrozenWeights(state), self.evaluator.steps(self.engine, self.model))
+        )
 
     def advance(self) -> tuple[dict, list] | None:
-        """One engine call of the oldest evaluation (its weights synced first: sampling
-        between two calls syncs others); its ``(values, records)`` when that was its last."""
+        """One engine call of the oldest evaluation; its ``(values, records)`` when that was
+        its last. The engine is synced to the evaluated weights before every call (sampling
+        between two calls syncs others); the module, which only evaluations use, once per
+        evaluation."""
         job = self.jobs[0]
         t0 = time.perf_counter()
-        self.engine.sync_weights(job[0])
-        self.model.load_state_dict(job[0].state_dict())
-        job[2] += time.perf_counter() - t0
+        self.engine.sync_weights(job.weights)
+        if not job.started:
+            self.model.load_state_dict(job.weights.state_dict())
+            job.started = True
+        job.sync_seconds += time.perf_counter() - t0
         try:
-            next(job[1])
+            next(job.steps)
         except StopIteration as stop:
             self.jobs.popleft()
             values, records = stop.value
-            values["time/sync"] = job[2]
+            values["time/sync"] = job.sync_seconds
             return values, records
         return None
 
@@ -484,7 +499,7 @@ class WorkerRollouts:
         """The evaluator a run with the fixed-lag worker uses in place of ``evaluator``: the
         worker evaluates (:class:`WorkerEvaluator`); in-process, or free running,
         ``evaluator`` itself. ``step``: the GRPO loop's next step (the worker starts there)."""
-        if not self.cfg.rollout_worker or self.cfg.max_staleness:
+        if not self.cfg.worker_evaluates:
             return evaluator
         return WorkerEvaluator(evaluator, run, lambda: self._started(step))
 
