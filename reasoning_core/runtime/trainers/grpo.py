@@ -57,7 +57,11 @@ from reasoning_core.runtime.training.episodes import (
     rollout_tokens,
     sample_episodes,
 )
-from reasoning_core.runtime.training.offpolicy import PolicyVersions, correct_rollouts
+from reasoning_core.runtime.training.offpolicy import (
+    PolicyVersions,
+    correct_rollouts,
+    offpolicy_correction,
+)
 from reasoning_core.runtime.training.policy import load_policy
 from reasoning_core.runtime.training.rollouts import (
     RolloutBatch,
@@ -216,7 +220,13 @@ def _train(cfg: GRPOConfig, out: str, cleanup: contextlib.ExitStack) -> dict:
     # The frozen reference of the KL penalty: the starting model (model_path), also on resume.
     reference = load_reference(cfg) if cfg.kl_coef > 0 else None
 
-    check = RolloutCheck(warn_threshold=cfg.logprob_diff_warn, method="grpo", tis_cap=cfg.tis)
+    # An off-policy correction without scored old log-probs is weighed on the batch's update.
+    check = RolloutCheck(
+        warn_threshold=cfg.logprob_diff_warn,
+        method="grpo",
+        tis_cap=cfg.tis,
+        correction=offpolicy_correction(cfg),
+    )
     # With rollout_lag L, step k samples with the weights of step k - L (lag 0: the policy).
     versions = PolicyVersions.resumed(cfg.rollout_lag, t.run.resumed_extra)
     bar = progress(total=cfg.n_grpo_steps, initial=grpo_step, desc="grpo", enabled=cfg.progress)
@@ -270,7 +280,8 @@ def _train(cfg: GRPOConfig, out: str, cleanup: contextlib.ExitStack) -> dict:
             tokens.labels, tokens.response_mask, ro.completions, old_log_probs
         )
         offpolicy_stats = {}
-        if cfg.offpolicy_correction != "none":  # proximal: the old log-probs; behaviour: engine
+        if cfg.offpolicy_correction != "none" and old_log_probs is not None:
+            # proximal: the old log-probs; behaviour: the engine's (else: from the update)
             token_weights, offpolicy_stats = correct_rollouts(cfg, old_log_probs, check.sampled)
         offpolicy_stats.update(source.metrics(ro.versions, grpo_step))
         ref_log_probs = None

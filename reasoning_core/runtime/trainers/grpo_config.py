@@ -137,9 +137,10 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
     offpolicy_correction: str = "none"
     """Weight each response token's loss for samples drawn by another policy than the learner's
     at the start of the update (the engine's, rollout_lag versions old): a name registered in
-    reasoning_core.OFFPOLICY_CORRECTIONS (listed below; docs/async.md). Scores the proximal
-    log-probs once per rollout batch; logs offpolicy/masked, offpolicy/truncated and
-    offpolicy/weight_mean."""
+    reasoning_core.OFFPOLICY_CORRECTIONS (listed below; docs/async.md). The proximal log-probs
+    come from the update's own forward when a rollout batch takes one optimizer step and the
+    loss has no ratio, else from a no-gradient pass once per rollout batch; logs
+    offpolicy/masked, offpolicy/truncated and offpolicy/weight_mean."""
     decoupled_cap: float | None = None
     """decoupled: a token whose weight proximal/behaviour exceeds it is masked (null: none)."""
     icepop_low: float = 0.5
@@ -493,11 +494,15 @@ class GRPOConfig(ShardingConfig, RolloutConfig):
 
     @property
     def scores_old_log_probs(self) -> bool:
-        """Whether each rollout batch gets the no-gradient pass of the sampling policy: for the
-        ratio losses, and for TIS when a rollout batch takes more than one optimizer step (the
-        later steps' forward is no longer the sampling policy's)."""
-        tis = self.rollout_correction == "tis" and self.steps_per_rollout_batch > 1
-        return self.needs_old_log_probs or tis or self.offpolicy_correction != "none"
+        """Whether each rollout batch gets the no-gradient pass of the sampling (proximal)
+        policy: for the ratio losses, and for TIS or an off-policy correction when a rollout
+        batch takes more than one optimizer step. With one step, the update's own forward is
+        that policy's (its weights are still the ones the batch started with), so the weights
+        come from it, detached, at no extra pass."""
+        several = self.steps_per_rollout_batch > 1
+        tis = self.rollout_correction == "tis" and several
+        offpolicy = self.offpolicy_correction != "none" and several
+        return self.needs_old_log_probs or tis or offpolicy
 
     @property
     def tis(self) -> float | None:

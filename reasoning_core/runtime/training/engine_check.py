@@ -23,6 +23,7 @@ is the whole check as one object a trainer's loop calls: once per rollout batch
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -39,6 +40,14 @@ MISMATCH_KEYS = (
     "rollout/logprob_aligned",
 )
 TIS_KEYS = ("rollout/tis_weight_mean", "rollout/tis_clipped")
+# The keys of an off-policy correction weighed on an update's own forward (as the scored
+# path's :func:`~reasoning_core.runtime.training.offpolicy.correct_rollouts` logs them).
+OFFPOLICY_KEYS = ("offpolicy/masked", "offpolicy/truncated", "offpolicy/weight_mean")
+
+# An off-policy correction's weights: (proximal, behaviour, mask) -> (weights, metadata), the
+# metadata means over the mask (:func:`reasoning_core.offpolicy_weights`, name and settings
+# bound).
+Correction = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, dict]]
 
 
 def engine_log_probs(
@@ -101,6 +110,10 @@ class MismatchSums:
     weight: float = 0.0  # sum of the TIS weights
     clipped: float = 0.0  # tokens whose ratio passed the cap
     tis: bool = False
+    masked: float = 0.0  # an off-policy correction's masked tokens
+    truncated: float = 0.0  # ... its truncated tokens
+    correction_weight: float = 0.0  # ... the sum of its weights
+    corrected: bool = False
 
     def add(
         self,
@@ -109,11 +122,13 @@ class MismatchSums:
         aligned: torch.Tensor,
         response_mask: torch.Tensor,
         tis_cap: float | None = None,
+        correction: Correction | None = None,
     ) -> torch.Tensor | None:
         """Count one piece: the policy's log-probs (detached here) against the engine's
         ``values`` on the ``aligned`` positions, all of one shape. With ``tis_cap``, return
         the piece's TIS weights (:func:`reasoning_core.tis_weights`, 1 off the aligned
-        positions), else None."""
+        positions); with ``correction``, its off-policy weights, the policy's log-probs taken
+        as the proximal policy's and the engine's as the behaviour policy's; else None."""
         policy = policy_log_probs.detach().float()
         stats = logprob_mismatch(policy, values, aligned)
         n = int(aligned.sum())
@@ -122,6 +137,13 @@ class MismatchSums:
         self.outside += float(stats["ratio_outside"]) * n
         self.aligned += n
         self.responses += int(response_mask.sum())
+        if correction is not None:
+            weights, meta = correction(policy, values, aligned)
+            self.corrected = True
+            self.masked += float(meta["masked"]) * n
+            self.truncated += float(meta["truncated"]) * n
+            self.correction_weight += float(meta["weight_mean"]) * n
+            return weights
         if tis_cap is None:
             return None
         weights, meta = tis_weights(policy, values, aligned, cap=tis_cap)
@@ -131,10 +153,11 @@ class MismatchSums:
         return weights
 
     def metrics(self) -> dict[str, float]:
-        """:data:`MISMATCH_KEYS` (and :data:`TIS_KEYS` after a TIS piece): means over the
-        compared tokens, 0 when there was none; ``rollout/logprob_aligned`` is their share of
-        the response tokens. With no token compared, the TIS weight mean is 1 (no token was
-        weighted)."""
+        """:data:`MISMATCH_KEYS` (and :data:`TIS_KEYS` after a TIS piece,
+        :data:`OFFPOLICY_KEYS` after a corrected one): means over the compared tokens, 0 when
+        there was none; ``rollout/logprob_aligned`` is their share of the response tokens.
+        With no token compared, the TIS weight mean is 1 (no token was weighted), and the
+        correction's weight mean 0 (as :func:`reasoning_core.offpolicy_weights` says)."""
         n = max(1, self.aligned)
         out = {
             "rollout/logprob_diff_mean": self.diff / n,
@@ -145,17 +168,23 @@ class MismatchSums:
         if self.tis:
             out["rollout/tis_weight_mean"] = self.weight / n if self.aligned else 1.0
             out["rollout/tis_clipped"] = self.clipped / n
+        if self.corrected:
+            out["offpolicy/masked"] = self.masked / n
+            out["offpolicy/truncated"] = self.truncated / n
+            out["offpolicy/weight_mean"] = self.correction_weight / n
         return out
 
 
 class EngineCheck(NamedTuple):
     """The engine's side of a rollout batch (:func:`engine_log_probs`), for an update that
-    measures the difference on its own forward (its weights still the sampling policy's) and,
-    with ``tis_cap``, weights the loss by TIS from it."""
+    measures the difference on its own forward (its weights still the sampling policy's, or
+    with a rollout lag the proximal policy's) and, with ``tis_cap`` or ``correction``,
+    weights the loss by TIS or by the off-policy correction from it."""
 
     values: torch.Tensor
     aligned: torch.Tensor
     tis_cap: float | None = None
+    correction: Correction | None = None
 
     def measure(
         self,
@@ -165,11 +194,14 @@ class EngineCheck(NamedTuple):
         response_mask: torch.Tensor,
     ) -> torch.Tensor | None:
         """Add a micro batch (``rows`` of the rollout batch, its log-probs and mask on the
-        update's device, as wide as its longest row) to ``sums``; its TIS weights or None."""
+        update's device, as wide as its longest row) to ``sums``; its TIS or correction
+        weights, or None."""
         width, device = policy_log_probs.shape[-1], policy_log_probs.device
         values = self.values[rows, :width].to(device)
         aligned = self.aligned[rows, :width].to(device)
-        return sums.add(policy_log_probs, values, aligned, response_mask, self.tis_cap)
+        return sums.add(
+            policy_log_probs, values, aligned, response_mask, self.tis_cap, self.correction
+        )
 
 
 def check_rollouts(
@@ -177,16 +209,19 @@ def check_rollouts(
     response_mask: torch.Tensor,
     old_log_probs: torch.Tensor | None,
     tis_cap: float | None,
+    correction: Correction | None = None,
 ) -> tuple[dict[str, float], torch.Tensor | None, EngineCheck | None]:
     """A rollout batch's check against the sampling policy: ``(metrics, weights, live)``.
 
     With ``old_log_probs`` (the sampling policy's, scored for the whole batch) the metrics
     and, with ``tis_cap``, the TIS weights (rollouts, seq) come from them now, at no further
-    cost; ``live`` is None. Without, they come from the first update's forward: the metrics
-    are empty, the weights None, and ``live`` the :class:`EngineCheck` to give that update."""
+    cost; ``live`` is None (an off-policy correction is then weighed from them by the caller).
+    Without, they come from the first update's forward: the metrics are empty, the weights
+    None, and ``live`` the :class:`EngineCheck` to give that update, which also weighs the
+    loss by ``correction`` when one is given."""
     values, aligned = engine
     if old_log_probs is None:
-        return {}, None, EngineCheck(values, aligned, tis_cap)
+        return {}, None, EngineCheck(values, aligned, tis_cap, correction)
     sums = MismatchSums()
     weights = sums.add(old_log_probs, values, aligned, response_mask, tis_cap)
     return sums.metrics(), weights, None
@@ -220,9 +255,16 @@ class RolloutCheck:
     every train line of the batch; the warning goes to stderr once a run (:class:`MismatchWarner`).
     """
 
-    def __init__(self, *, warn_threshold: float | None, method: str, tis_cap: float | None):
+    def __init__(
+        self,
+        *,
+        warn_threshold: float | None,
+        method: str,
+        tis_cap: float | None,
+        correction: Correction | None = None,
+    ):
         self.warn = MismatchWarner(warn_threshold, method)
-        self.tis_cap = tis_cap
+        self.tis_cap, self.correction = tis_cap, correction
         self.metrics: dict[str, float] = {}
         self.pending: EngineCheck | None = None
         self.sampled: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -239,7 +281,7 @@ class RolloutCheck:
         sampled = engine_log_probs(labels, response_mask, completions)
         self.sampled = sampled  # the behaviour log-probs of an off-policy correction
         self.metrics, weights, self.pending = check_rollouts(
-            sampled, response_mask, old_log_probs, self.tis_cap
+            sampled, response_mask, old_log_probs, self.tis_cap, self.correction
         )
         self.warn(self.metrics)
         return weights
@@ -250,6 +292,7 @@ class RolloutCheck:
         stats) becomes :attr:`metrics`, and the batch's later updates get none."""
         if self.pending is None:
             return
-        self.metrics = {k: checked[k] for k in (*MISMATCH_KEYS, *TIS_KEYS) if k in checked}
+        keys = (*MISMATCH_KEYS, *TIS_KEYS, *OFFPOLICY_KEYS)
+        self.metrics = {k: checked[k] for k in keys if k in checked}
         self.warn(self.metrics)
         self.pending = None

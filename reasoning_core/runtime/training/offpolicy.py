@@ -5,7 +5,9 @@ versions a fixed rollout lag samples with, and the staleness a train line record
   (``offpolicy_correction``, :func:`reasoning_core.offpolicy_weights`): proximal = the
   learner's log-probs at the start of the update (the scored old log-probs), behaviour = the
   engine's log-probs of its sampled tokens where they align with the training tokens
-  (:func:`~reasoning_core.runtime.training.engine_check.engine_log_probs`).
+  (:func:`~reasoning_core.runtime.training.engine_check.engine_log_probs`). With one
+  optimizer step per rollout batch nothing is scored: :func:`offpolicy_correction` is the
+  correction the update weighs on its own forward, detached (the same proximal policy).
 - :class:`PolicyVersions` keeps the last ``rollout_lag`` versions of the weights (version v:
   after v GRPO steps) so that step k's rollout batch is sampled by version ``max(0, k - lag)``;
   the versions are part of the resumable state (:meth:`PolicyVersions.state`). With lag 0 it
@@ -15,11 +17,13 @@ versions a fixed rollout lag samples with, and the staleness a train line record
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch
 
 from reasoning_core import offpolicy_weights
+from reasoning_core.runtime.training.engine_check import Correction
 
 # The upper ends of the staleness histogram's buckets (a last bucket takes the rest).
 STALENESS_BUCKETS = (0, 1, 2, 4, 8)
@@ -46,6 +50,18 @@ def correct_rollouts(
     )
     metrics = {f"offpolicy/{key}": float(value) for key, value in meta.items()}
     return weights.to(proximal_log_probs.device), metrics
+
+
+def offpolicy_correction(cfg: Any) -> Correction | None:
+    """The correction an update weighs on its own forward when the run scores no old
+    log-probs (one optimizer step per rollout batch: the forward is the proximal policy's):
+    ``cfg.offpolicy_correction`` with its settings bound; None without a correction or when
+    :func:`correct_rollouts` weighs the batch from scored old log-probs."""
+    if cfg.offpolicy_correction == "none" or cfg.scores_old_log_probs:
+        return None
+    return partial(
+        offpolicy_weights, cfg.offpolicy_correction, settings=cfg.correction_settings_given
+    )
 
 
 class FrozenWeights:

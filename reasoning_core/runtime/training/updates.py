@@ -189,9 +189,11 @@ def grpo_update(
     response-token entropy), ``clip_fraction`` (token-weighted), ``lr``, and
     ``micro_batch_size`` after an out-of-memory back-off; with a reference policy
     (``rollouts.ref_log_probs``), also ``kl``, the mean per-token KL estimate. ``checked``:
-    with ``engine_check`` (the first update of a rollout batch, whose weights sampled it), the
-    ``rollout/`` keys of :class:`MismatchSums` measured on this update's own forward (the loss
-    weighted by TIS from it when ``engine_check.tis_cap`` is set); else empty.
+    with ``engine_check`` (the first update of a rollout batch, whose weights sampled it or,
+    with a rollout lag, are the proximal policy), the ``rollout/`` keys of
+    :class:`MismatchSums` measured on this update's own forward (the loss weighted by TIS from
+    it when ``engine_check.tis_cap`` is set, by the off-policy correction, with its
+    ``offpolicy/`` keys, when ``engine_check.correction`` is); else empty.
 
     ``token_mean``'s constant is :func:`reasoning_core.token_mean_constant` of the loss mask of
     all ``rows``, counted here once per optimizer step and passed to every micro batch, so the
@@ -267,7 +269,8 @@ def accumulate_grpo(
     ``share_prompts``: each micro batch's distinct prompts are computed once
     (:func:`~reasoning_core.runtime.training.batching.shared_prompt_log_probs`). Each token's loss is
     weighted by the rollouts' ``token_weights`` or, with ``engine_check``, by the TIS weights of
-    its own log-probs (detached) against the engine's, which ``engine_check`` also adds up."""
+    its own log-probs (detached) against the engine's, which ``engine_check`` also adds up (by
+    its off-policy correction instead when it has one)."""
     steps = (len(rows) if batch_rows is None else batch_rows) // size
     loss_sum, ent_sum, ent_n, clip_sum, kl_sum = 0.0, 0.0, 0, 0.0, 0.0
     sums = MismatchSums()
@@ -322,6 +325,10 @@ def global_sums(acc: Accumulated) -> Accumulated:
             "weight": m.weight,
             "clipped": m.clipped,
             "tis": float(m.tis),
+            "masked": m.masked,
+            "truncated": m.truncated,
+            "correction_weight": m.correction_weight,
+            "corrected": float(m.corrected),
         }
     )
     mismatch = MismatchSums(
@@ -333,6 +340,10 @@ def global_sums(acc: Accumulated) -> Accumulated:
         weight=total["weight"],
         clipped=total["clipped"],
         tis=total["tis"] > 0,
+        masked=total["masked"],
+        truncated=total["truncated"],
+        correction_weight=total["correction_weight"],
+        corrected=total["corrected"] > 0,
     )
     return Accumulated(
         total["loss"],

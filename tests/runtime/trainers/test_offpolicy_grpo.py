@@ -169,3 +169,46 @@ def test_rollout_lag_is_refused_under_torchrun(world):
     grpo.GRPOConfig(**{**SHORT, "model_path": str(world), "rollout_seeding": "group"}).check_world(
         2
     )
+
+
+ONE_STEP_LAGGED = {
+    **LAGGED,
+    "loss_type": "reinforce_with_baseline",
+    "train_batch_size": 16,
+    "n_grpo_steps": 4,
+    "save_every": 0,
+}
+
+
+@pytest.mark.parametrize("correction", ["decoupled", "icepop"])
+def test_one_step_per_batch_weighs_the_correction_on_the_update_forward(
+    world, tmp_path, monkeypatch, correction
+):
+    """With one optimizer step per rollout batch the update's own forward is the proximal
+    policy's, so no old log-probs are scored; the run equals the one that scores them (as
+    several steps per batch must), up to float rounding, key for key."""
+    scripted_rollouts.install(monkeypatch)
+    scored = []
+    real_fixed = grpo.fixed_log_probs
+    monkeypatch.setattr(
+        grpo, "fixed_log_probs", lambda *a, **k: scored.append(1) or real_fixed(*a, **k)
+    )
+    cfg = {**ONE_STEP_LAGGED, "offpolicy_correction": correction}
+    config = grpo.GRPOConfig(model_path=str(world), **cfg)
+    assert not config.scores_old_log_probs
+    lines = train_lines(run_trainer(grpo, cfg, world, tmp_path / "update"))
+    assert not scored  # no scoring pass at all
+    monkeypatch.setattr(grpo.GRPOConfig, "scores_old_log_probs", property(lambda self: True))
+    reference = train_lines(run_trainer(grpo, cfg, world, tmp_path / "scored"))
+    assert len(scored) == cfg["n_grpo_steps"]
+    assert len(lines) == len(reference) == cfg["n_grpo_steps"]
+    for ours, theirs in zip(lines, reference, strict=True):
+        assert ours.keys() == theirs.keys()
+        assert {"offpolicy/masked", "offpolicy/weight_mean"} <= ours.keys()
+        for key, value in theirs.items():
+            if isinstance(value, float) and not key.startswith("time/"):
+                assert ours[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+            elif not key.startswith("time/"):
+                assert ours[key] == value, key
+    # The lag bites: the proximal policy is not the behaviour one, so weights are not all 1.
+    assert any(r["offpolicy/weight_mean"] != 1.0 for r in lines[2:])
