@@ -359,7 +359,7 @@ def _train(cfg: GRPOConfig, out: str, cleanup: contextlib.ExitStack) -> dict:
         ):
             break  # max_wall_seconds spent
     bar.close()
-    return finish_training(t, step=opt_step)
+    return finish_training(t, step=opt_step, evaluated=source.release)
 
 
 def main(argv: list[str] | None = None) -> int:

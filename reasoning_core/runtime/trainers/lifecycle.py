@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import sys
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -364,12 +364,22 @@ def after_iteration(
     return False
 
 
-def finish_training(t: Training, *, step: int, extra: dict[str, Any] | None = None) -> dict:
-    """Evaluate at ``step`` unless that was just done, then finish the run folder."""
+def finish_training(
+    t: Training,
+    *,
+    step: int,
+    extra: dict[str, Any] | None = None,
+    evaluated: Callable[[], None] | None = None,
+) -> dict:
+    """Evaluate at ``step`` unless that was just done, then finish the run folder.
+    ``evaluated``: called once every evaluation is back, before the final save (GRPO's
+    rollout worker is told to end there, and ends while the weights are written)."""
     t.evaluator.wait()
     if broadcast_object(t.run.last_eval is None or t.run.last_eval["step"] != step):
         t.evaluator(t.engine, t.model, step, t.run)
         t.evaluator.wait()
+    if evaluated is not None:
+        evaluated()
     return t.run.finish(whole_policy(t), t.tokenizer, step=step, extra=extra)
 
 

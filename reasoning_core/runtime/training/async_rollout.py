@@ -60,6 +60,7 @@ from reasoning_core.runtime.training.offpolicy import (
 )
 
 POLL_SECONDS = 1.0  # how often a waiting side checks that the other is still there
+STOP = ("stop",)  # the learner's last message: the worker is to end
 
 
 @dataclass
@@ -149,20 +150,24 @@ class _Link:
         return self.stop.is_set() or not _parent_alive(self.parent)
 
     def receive(self) -> Any:
-        """The next ``(version, taken, state)`` sent, or None after a poll without one."""
+        """The next ``(version, taken, state)`` sent, or None after a poll without one or on
+        the learner's :data:`STOP` (which wakes a waiting worker at once)."""
         try:
-            return self.weights.get(timeout=POLL_SECONDS)
+            got = self.weights.get(timeout=POLL_SECONDS)
         except queue.Empty:
             return None
+        return None if got == STOP else got
 
     def receive_all(self) -> list[Any]:
-        """Every message sent and not yet received, without waiting."""
+        """Every message sent and not yet received, without waiting (less :data:`STOP`)."""
         out = []
         while True:
             try:
-                out.append(self.weights.get_nowait())
+                got = self.weights.get_nowait()
             except queue.Empty:
                 return out
+            if got != STOP:
+                out.append(got)
 
     def send_eval(self, result: tuple[dict, list]) -> bool:
         """Put an evaluation's ``(values, records)`` into the queue (as :meth:`send`)."""
@@ -294,11 +299,8 @@ def _run_free(
     newest: tuple[int, int, dict[str, torch.Tensor]] | None = None
     batch = start
     while True:
-        while True:  # take every version sent; keep the newest
-            try:
-                newest = link.weights.get_nowait()
-            except queue.Empty:
-                break
+        for got in link.receive_all():  # take every version sent; keep the newest
+            newest = got
         while newest is None or _ahead(batch, newest[1]) > cfg.max_staleness:
             if link.stopped():
                 return
@@ -437,9 +439,15 @@ class RolloutWorker:
                 file=sys.stderr,
             )
 
+    def release(self) -> None:
+        """Tell the worker to end, without waiting for it (:meth:`close` waits)."""
+        if not self.stop.is_set():
+            self.stop.set()
+            self.weights.put(STOP)  # a worker waiting for weights sees it now, not a poll later
+
     def close(self) -> None:
         """Stop the worker and wait for it (terminate it when it does not stop in time)."""
-        self.stop.set()
+        self.release()
         self.process.join(timeout=10 * POLL_SECONDS)
         if self.process.is_alive():
             self.process.terminate()
@@ -480,6 +488,12 @@ class WorkerRollouts:
     def __exit__(self, *exc: object) -> None:
         if self.worker is not None:
             self.worker.close()
+
+    def release(self) -> None:
+        """The run needs nothing more from the worker (its evaluations are all back): it ends
+        while the learner saves, and :meth:`__exit__` finds it gone or nearly."""
+        if self.worker is not None:
+            self.worker.release()
 
     def _started(self, step: int) -> RolloutWorker:
         """The worker, started (from GRPO step ``step``, the loop's next) if not yet."""

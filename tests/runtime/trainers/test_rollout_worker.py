@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -26,8 +28,9 @@ from micro_world import GRPO, record_calls, run_trainer, sets, train_lines, with
 from project_root import ROOT
 
 from reasoning_core.runtime.errors import ConfigError
+from reasoning_core.runtime.run.folder import RunContext
 from reasoning_core.runtime.trainers import grpo, lifecycle
-from reasoning_core.runtime.training.async_rollout import RolloutWorker
+from reasoning_core.runtime.training.async_rollout import POLL_SECONDS, STOP, RolloutWorker, _Link
 
 LAGGED = {**GRPO, "rollout_lag": 1, "save_every": 0, "offpolicy_correction": "decoupled"}
 
@@ -42,8 +45,11 @@ def test_worker_trains_on_the_in_process_lagged_batches(world, tmp_path, monkeyp
     scripted_rollouts.install(monkeypatch)  # the worker process scripts its rollouts too
     inline = run_trainer(grpo, LAGGED, world, tmp_path / "inline")
     learner_evals = record_calls(monkeypatch, lifecycle.Evaluator, "__call__")
+    order = _record_order(monkeypatch)
     beside = run_trainer(grpo, {**LAGGED, "rollout_worker": True}, world, tmp_path / "worker")
     assert learner_evals == []  # the worker evaluated
+    # Told to end once the last evaluation was back, before the final save; joined after it.
+    assert order[:2] == ["release", "finish"]
     # Every line in its place, the evaluations the worker ran (steps 0, 4, 8) included.
     assert without_time(beside) == without_time(inline)
     assert [r["step"] for r in inline if r["split"] == "eval"] == [0, 4, 8]
@@ -54,6 +60,31 @@ def test_worker_trains_on_the_in_process_lagged_batches(world, tmp_path, monkeyp
     want, got = _weights(tmp_path / "inline"), _weights(tmp_path / "worker")
     assert all(torch.equal(want[k], got[k]) for k in want)
     assert not multiprocessing.active_children()
+
+
+def _record_order(monkeypatch) -> list[str]:
+    """The order of the worker's releases and the run folder's finish."""
+    order: list[str] = []
+    release, finish = RolloutWorker.release, RunContext.finish
+    monkeypatch.setattr(
+        RolloutWorker, "release", lambda self: order.append("release") or release(self)
+    )
+    monkeypatch.setattr(
+        RunContext, "finish", lambda self, *a, **k: order.append("finish") or finish(self, *a, **k)
+    )
+    return order
+
+
+def test_the_stop_message_wakes_the_worker_and_is_never_taken_as_weights():
+    link = _Link(weights=queue.Queue(), batches=queue.Queue(), stop=threading.Event(), parent=0)
+    link.weights.put(STOP)
+    t0 = time.perf_counter()
+    assert link.receive() is None
+    assert time.perf_counter() - t0 < POLL_SECONDS  # not a poll's timeout: the message itself
+    link.weights.put((1, 1, {}))
+    link.weights.put(STOP)
+    link.weights.put((2, 2, {}))
+    assert link.receive_all() == [(1, 1, {}), (2, 2, {})]
 
 
 def test_a_worker_failure_reaches_the_learner(world):
