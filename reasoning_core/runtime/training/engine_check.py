@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import NamedTuple
 
 import torch
@@ -151,6 +151,16 @@ class MismatchSums:
         self.weight += float(meta["tis_weight_mean"]) * n
         self.clipped += float(meta["tis_clipped"]) * n
         return weights
+
+    def sums(self) -> dict[str, float]:
+        """The fields that add up over pieces and ranks (all but ``diff_max``), as floats."""
+        return {f.name: float(getattr(self, f.name)) for f in fields(self) if f.name != "diff_max"}
+
+    def with_sums(self, sums: dict[str, float], diff_max: float) -> MismatchSums:
+        """A copy holding ``sums`` (:meth:`sums`' fields, added up elsewhere) and ``diff_max``,
+        each field back in its own type (a flag: set when its sum is not 0)."""
+        values = {name: type(getattr(self, name))(value) for name, value in sums.items()}
+        return replace(self, **values, diff_max=diff_max)
 
     def metrics(self) -> dict[str, float]:
         """:data:`MISMATCH_KEYS` (and :data:`TIS_KEYS` after a TIS piece,

@@ -311,6 +311,7 @@ def global_sums(acc: Accumulated) -> Accumulated:
     """The ranks' :class:`Accumulated` summed (the engine check's largest difference: the
     largest over the ranks): the whole train batch's."""
     m = acc.mismatch
+    check = m.sums()
     total = sum_values(
         {
             "loss": acc.loss,
@@ -318,32 +319,11 @@ def global_sums(acc: Accumulated) -> Accumulated:
             "tokens": acc.tokens,
             "clipped_sum": acc.clipped_sum,
             "kl_sum": acc.kl_sum,
-            "diff": m.diff,
-            "outside": m.outside,
-            "aligned": m.aligned,
-            "responses": m.responses,
-            "weight": m.weight,
-            "clipped": m.clipped,
-            "tis": float(m.tis),
-            "masked": m.masked,
-            "truncated": m.truncated,
-            "correction_weight": m.correction_weight,
-            "corrected": float(m.corrected),
+            **{f"check/{name}": value for name, value in check.items()},
         }
     )
-    mismatch = MismatchSums(
-        diff=total["diff"],
-        diff_max=max_value(m.diff_max),
-        outside=total["outside"],
-        aligned=int(total["aligned"]),
-        responses=int(total["responses"]),
-        weight=total["weight"],
-        clipped=total["clipped"],
-        tis=total["tis"] > 0,
-        masked=total["masked"],
-        truncated=total["truncated"],
-        correction_weight=total["correction_weight"],
-        corrected=total["corrected"] > 0,
+    mismatch = m.with_sums(
+        {name: total[f"check/{name}"] for name in check}, diff_max=max_value(m.diff_max)
     )
     return Accumulated(
         total["loss"],
