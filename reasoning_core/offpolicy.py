@@ -7,7 +7,8 @@ Three policies meet in an asynchronous (or merely mismatched) update:
   weights several updates old (its log-probs come back with the samples);
 - the **proximal** policy :math:`\pi_\text{prox}`: the learner's weights at the start of the
   update, scored once per rollout batch without gradients (the ``old_log_probs`` the ratio
-  losses clip against);
+  losses clip against) or, when the batch takes a single optimizer step, read from that
+  step's own forward, detached (the same weights);
 - the **current** policy :math:`\pi_\theta`, being trained.
 
 A correction turns :math:`r_t = \pi_\text{prox}(o_t) / \mu(o_t)`, the per-token ratio of
