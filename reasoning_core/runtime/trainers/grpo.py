@@ -57,11 +57,7 @@ from reasoning_core.runtime.training.episodes import (
     rollout_tokens,
     sample_episodes,
 )
-from reasoning_core.runtime.training.offpolicy import (
-    PolicyVersions,
-    correct_rollouts,
-    offpolicy_correction,
-)
+from reasoning_core.runtime.training.offpolicy import PolicyVersions, offpolicy_correction
 from reasoning_core.runtime.training.policy import load_policy
 from reasoning_core.runtime.training.rollouts import (
     RolloutBatch,
@@ -220,7 +216,8 @@ def _train(cfg: GRPOConfig, out: str, cleanup: contextlib.ExitStack) -> dict:
     # The frozen reference of the KL penalty: the starting model (model_path), also on resume.
     reference = load_reference(cfg) if cfg.kl_coef > 0 else None
 
-    # An off-policy correction without scored old log-probs is weighed on the batch's update.
+    # The check also weighs the loss: TIS, or the off-policy correction (proximal: the old
+    # log-probs, or the first update's forward when none are scored; behaviour: the engine).
     check = RolloutCheck(
         warn_threshold=cfg.logprob_diff_warn,
         method="grpo",
@@ -279,11 +276,7 @@ def _train(cfg: GRPOConfig, out: str, cleanup: contextlib.ExitStack) -> dict:
         token_weights = check.start(
             tokens.labels, tokens.response_mask, ro.completions, old_log_probs
         )
-        offpolicy_stats = {}
-        if cfg.offpolicy_correction != "none" and old_log_probs is not None:
-            # proximal: the old log-probs; behaviour: the engine's (else: from the update)
-            token_weights, offpolicy_stats = correct_rollouts(cfg, old_log_probs, check.sampled)
-        offpolicy_stats.update(source.metrics(ro.versions, grpo_step))
+        staleness = source.metrics(ro.versions, grpo_step)
         ref_log_probs = None
         if reference is not None:  # once per rollout batch, as the old log-probs
             ref_log_probs = fixed_log_probs(
@@ -312,7 +305,7 @@ def _train(cfg: GRPOConfig, out: str, cleanup: contextlib.ExitStack) -> dict:
             "frac_constant_groups": float(adv_meta["frac_constant_groups"]),
             **sampling_stats,
             **(episode_metrics(first.episodes) if first.episodes else {}),
-            **offpolicy_stats,
+            **staleness,
         }
         # Rollout-side timings go on the first optimizer step of this rollout batch; the later
         # lines carry the same keys at 0, so every train line has the same time/ keys.

@@ -40,8 +40,7 @@ MISMATCH_KEYS = (
     "rollout/logprob_aligned",
 )
 TIS_KEYS = ("rollout/tis_weight_mean", "rollout/tis_clipped")
-# The keys of an off-policy correction weighed on an update's own forward (as the scored
-# path's :func:`~reasoning_core.runtime.training.offpolicy.correct_rollouts` logs them).
+# The keys of an off-policy correction (``offpolicy_correction``) on a rollout batch's lines.
 OFFPOLICY_KEYS = ("offpolicy/masked", "offpolicy/truncated", "offpolicy/weight_mean")
 
 # An off-policy correction's weights: (proximal, behaviour, mask) -> (weights, metadata), the
@@ -223,17 +222,16 @@ def check_rollouts(
 ) -> tuple[dict[str, float], torch.Tensor | None, EngineCheck | None]:
     """A rollout batch's check against the sampling policy: ``(metrics, weights, live)``.
 
-    With ``old_log_probs`` (the sampling policy's, scored for the whole batch) the metrics
-    and, with ``tis_cap``, the TIS weights (rollouts, seq) come from them now, at no further
-    cost; ``live`` is None (an off-policy correction is then weighed from them by the caller).
-    Without, they come from the first update's forward: the metrics are empty, the weights
-    None, and ``live`` the :class:`EngineCheck` to give that update, which also weighs the
-    loss by ``correction`` when one is given."""
+    With ``old_log_probs`` (the sampling or proximal policy's, scored for the whole batch)
+    the metrics and, with ``tis_cap`` or ``correction``, the weights (rollouts, seq) come from
+    them now, at no further cost; ``live`` is None. Without, they come from the first update's
+    forward: the metrics are empty, the weights None, and ``live`` the :class:`EngineCheck`
+    to give that update."""
     values, aligned = engine
     if old_log_probs is None:
         return {}, None, EngineCheck(values, aligned, tis_cap, correction)
     sums = MismatchSums()
-    weights = sums.add(old_log_probs, values, aligned, response_mask, tis_cap)
+    weights = sums.add(old_log_probs, values, aligned, response_mask, tis_cap, correction)
     return sums.metrics(), weights, None
 
 
@@ -259,9 +257,9 @@ class RolloutCheck:
 
     Per rollout batch, :meth:`start` places the engine's log-probs of the sampled tokens on the
     batch's grid and checks them against ``old_log_probs`` when the run scores those (the
-    metrics and TIS weights come at once), else leaves :attr:`pending` for the batch's first
-    update to measure on its own forward (:func:`check_rollouts`); :meth:`after_update` keeps
-    that update's ``rollout/`` measurement. :attr:`metrics` is the batch's check, for
+    metrics and the TIS or ``correction`` weights come at once), else leaves :attr:`pending`
+    for the batch's first update to measure on its own forward (:func:`check_rollouts`);
+    :meth:`after_update` keeps that update's ``rollout/`` (and ``offpolicy/``) measurement. :attr:`metrics` is the batch's check, for
     every train line of the batch; the warning goes to stderr once a run (:class:`MismatchWarner`).
     """
 
@@ -277,7 +275,6 @@ class RolloutCheck:
         self.tis_cap, self.correction = tis_cap, correction
         self.metrics: dict[str, float] = {}
         self.pending: EngineCheck | None = None
-        self.sampled: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def start(
         self,
@@ -286,10 +283,9 @@ class RolloutCheck:
         completions: list[Completion],
         old_log_probs: torch.Tensor | None,
     ) -> torch.Tensor | None:
-        """Check a new rollout batch; its TIS weights (rollouts, seq) when they come from
-        ``old_log_probs``, else None (from the first update, or no TIS)."""
+        """Check a new rollout batch; its TIS or off-policy weights (rollouts, seq) when they
+        come from ``old_log_probs``, else None (from the first update, or no weighting)."""
         sampled = engine_log_probs(labels, response_mask, completions)
-        self.sampled = sampled  # the behaviour log-probs of an off-policy correction
         self.metrics, weights, self.pending = check_rollouts(
             sampled, response_mask, old_log_probs, self.tis_cap, self.correction
         )

@@ -1,13 +1,13 @@
 """Off-policy training in the GRPO loop: the correction of a rollout batch, the policy
 versions a fixed rollout lag samples with, and the staleness a train line records.
 
-- :func:`correct_rollouts` weights each response token by the registered correction
-  (``offpolicy_correction``, :func:`reasoning_core.offpolicy_weights`): proximal = the
-  learner's log-probs at the start of the update (the scored old log-probs), behaviour = the
-  engine's log-probs of its sampled tokens where they align with the training tokens
-  (:func:`~reasoning_core.runtime.training.engine_check.engine_log_probs`). With one
-  optimizer step per rollout batch nothing is scored: :func:`offpolicy_correction` is the
-  correction the update weighs on its own forward, detached (the same proximal policy).
+- :func:`offpolicy_correction` is the registered correction (``offpolicy_correction``,
+  :func:`reasoning_core.offpolicy_weights`) that weights each response token: proximal = the
+  learner's log-probs at the start of the update (the scored old log-probs or, with one
+  optimizer step per rollout batch and none scored, that step's own forward, detached),
+  behaviour = the engine's log-probs of its sampled tokens where they align with the training
+  tokens (:func:`~reasoning_core.runtime.training.engine_check.engine_log_probs`). The
+  engine check weighs it with its other measurements of the batch.
 - :class:`PolicyVersions` keeps the last ``rollout_lag`` versions of the weights (version v:
   after v GRPO steps) so that step k's rollout batch is sampled by version ``max(0, k - lag)``;
   the versions are part of the resumable state (:meth:`PolicyVersions.state`). With lag 0 it
@@ -29,35 +29,12 @@ from reasoning_core.runtime.training.engine_check import Correction
 STALENESS_BUCKETS = (0, 1, 2, 4, 8)
 
 
-def correct_rollouts(
-    cfg: Any,
-    proximal_log_probs: torch.Tensor,
-    sampled: tuple[torch.Tensor, torch.Tensor],
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """``(token_weights, metrics)`` of ``cfg.offpolicy_correction`` for a rollout batch:
-    ``sampled`` is the engine's ``(log_probs, aligned)`` on the batch's grid. Metrics:
-    ``offpolicy/masked``, ``offpolicy/truncated``, ``offpolicy/weight_mean`` over the aligned
-    tokens."""
-    behaviour, aligned = sampled
-    proximal = proximal_log_probs.detach().float().cpu()
-    width = proximal.shape[-1]
-    weights, meta = offpolicy_weights(
-        cfg.offpolicy_correction,
-        proximal,
-        behaviour[:, :width],
-        aligned[:, :width],
-        cfg.correction_settings_given,
-    )
-    metrics = {f"offpolicy/{key}": float(value) for key, value in meta.items()}
-    return weights.to(proximal_log_probs.device), metrics
-
-
 def offpolicy_correction(cfg: Any) -> Correction | None:
-    """The correction an update weighs on its own forward when the run scores no old
-    log-probs (one optimizer step per rollout batch: the forward is the proximal policy's):
-    ``cfg.offpolicy_correction`` with its settings bound; None without a correction or when
-    :func:`correct_rollouts` weighs the batch from scored old log-probs."""
-    if cfg.offpolicy_correction == "none" or cfg.scores_old_log_probs:
+    """``cfg.offpolicy_correction`` with its settings bound (None for ``none``): what the
+    rollout batch's engine check (:class:`~reasoning_core.runtime.training.engine_check.
+    RolloutCheck`) weighs each token by, from the scored old log-probs or, with none scored,
+    on the batch's first update's own forward."""
+    if cfg.offpolicy_correction == "none":
         return None
     return partial(
         offpolicy_weights, cfg.offpolicy_correction, settings=cfg.correction_settings_given
