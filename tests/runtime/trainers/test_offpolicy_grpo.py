@@ -186,7 +186,8 @@ def test_one_step_per_batch_weighs_the_correction_on_the_update_forward(
 ):
     """With one optimizer step per rollout batch the update's own forward is the proximal
     policy's, so no old log-probs are scored; the run equals the one that scores them (as
-    several steps per batch must), up to float rounding, key for key."""
+    several steps per batch must), up to float rounding, key for key, and the correction's
+    weights change its loss."""
     scripted_rollouts.install(monkeypatch)
     scored = []
     real_fixed = grpo.fixed_log_probs
@@ -210,5 +211,9 @@ def test_one_step_per_batch_weighs_the_correction_on_the_update_forward(
                 assert ours[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
             elif not key.startswith("time/"):
                 assert ours[key] == value, key
-    # The lag bites: the proximal policy is not the behaviour one, so weights are not all 1.
+    # The lag bites: the proximal policy is not the behaviour one, so weights are not all 1,
+    # and they weight the loss: it differs from the uncorrected run's at the same lag.
     assert any(r["offpolicy/weight_mean"] != 1.0 for r in lines[2:])
+    plain = {**cfg, "offpolicy_correction": "none"}
+    uncorrected = train_lines(run_trainer(grpo, plain, world, tmp_path / "plain"))
+    assert any(a["loss"] != b["loss"] for a, b in zip(lines, uncorrected, strict=True))
