@@ -31,7 +31,16 @@ Parts (``--parts``, both by default):
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/profile_cpu.py | tee benchmarks/profile_cpu.txt
 
-``--tiny`` shrinks both parts (8 problems, one GRPO step of 8 rollouts, one pair) for the
+* ``step``: one decode step of the static engine at ``--rows`` rows (the first count) over
+  ``--spans`` attended slots, in this process, against two floors: its products' FLOPs at
+  the measured product rate (as above), and the bytes of cached keys and values its
+  attention reads at this core's measured read rate (a sum over a tensor far larger than the
+  caches). Beside it, the step's matrix products alone (the same calls, shapes and cache
+  slices, nothing between them): what no rewrite of the other operations can go below
+  without faster products. With ``--compile``, also the step under ``torch.compile`` (the
+  engine's ``compile: true``), its first call's seconds included.
+
+``--tiny`` shrinks the parts (8 problems, one GRPO step of 8 rollouts, one pair) for the
 tests.
 """
 
@@ -58,7 +67,7 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "workflow" / "resources" / "tiny_world"
 GRPO_CONFIG = ROOT / "results" / "default" / "grpo" / "default" / "seed~0" / "config.yaml"
-PARTS = ("profile", "decode")
+PARTS = ("profile", "decode", "step")
 BASE = "c5a3f4f"  # the static engine before its fused CPU decode step
 
 
@@ -437,6 +446,101 @@ def decode_part(args: argparse.Namespace, model: Path, out: Path) -> None:
     )
 
 
+# -- the step part --------------------------------------------------------------------------
+
+
+def median_seconds(fn: Callable[[], Any], reps: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def read_rate(megabytes: int = 256) -> float:
+    """Bytes/s of one thread summing a float32 tensor of ``megabytes`` (far larger than the
+    caches, so it streams from memory), the best of three."""
+    x = torch.ones(megabytes * 2**20 // 4)
+    return x.numel() * 4 / min(median_seconds(x.sum, 1, warmup=1) for _ in range(3))
+
+
+def step_products(engine: Any, b: int, span: int) -> Callable[[], None]:
+    """The decode step's matrix products alone: every projection (with its bias), the
+    attention's two batched products over the cache's own slices, and the LM head, with
+    inputs of the step's shapes made once."""
+    cache = engine._cache
+    hidden = engine.model.config.hidden_size
+    group = engine.num_heads // engine.kv_heads
+    x = torch.randn(b, hidden)
+    q = torch.randn(b, engine.kv_heads, group, engine.head_dim)
+    probs = torch.softmax(torch.randn(b, engine.kv_heads, group, span), dim=-1)
+    inter = torch.randn(b, engine.model.config.intermediate_size)
+    heads_out = torch.randn(b, engine.num_heads * engine.head_dim)
+
+    def run() -> None:
+        for layer, keys, values in zip(engine.layers, cache.keys, cache.values, strict=True):
+            attn, mlp = layer.self_attn, layer.mlp
+            attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
+            torch.matmul(q, keys[:b, :, :span].transpose(2, 3))
+            torch.matmul(probs, values[:b, :, :span])
+            attn.o_proj(heads_out)
+            mlp.gate_proj(x), mlp.up_proj(x), mlp.down_proj(inter)
+        engine.model.lm_head(x)
+
+    return run
+
+
+def step_part(args: argparse.Namespace, model: Path) -> None:
+    from transformers import AutoConfig
+
+    from reasoning_core.runtime.engines.static import StaticEngine
+
+    torch.set_num_threads(1)
+    rows, reps = args.rows[0], 5 if args.tiny else 50
+    shape = Shape(AutoConfig.from_pretrained(model))
+    rate = matmul_rate(shape, 50 if args.tiny else 400)
+    bandwidth = read_rate(16 if args.tiny else 256)
+    print(
+        f"\ndecode step at {rows} rows, one thread: product rate {rate / 1e9:.1f} GFLOP/s, "
+        f"read rate {bandwidth / 1e9:.1f} GB/s"
+    )
+    engines = {"eager": StaticEngine(str(model), max_batch_size=rows)}
+    if args.compile:
+        engines["compiled"] = StaticEngine(str(model), max_batch_size=rows, compile=True)
+    header = f"{'span':>5s} {'step ms':>8s} {'products ms':>12s} {'FLOP floor':>11s} "
+    header += f"{'read floor':>11s} {'step/floors':>12s}"
+    print(header + (f" {'compiled ms':>12s} {'first s':>8s}" if args.compile else ""))
+    for span in args.spans:
+        row: dict[str, str] = {}
+        for name, engine in engines.items():
+            engine._ensure_cache(rows, max(args.spans))
+            cache = engine._cache
+            cache.pos[:rows] = span - 1  # every row attends ``span`` slots
+            args_ = (cache.tok[:rows], cache.pos[:rows], cache.slots[:span])
+            with torch.no_grad():
+                t0 = time.perf_counter()
+                engine._step_fn(*args_)
+                row[f"{name} first"] = f"{time.perf_counter() - t0:8.1f}"
+                row[name] = (
+                    f"{1e3 * median_seconds(lambda e=engine, a=args_: e._step_fn(*a), reps):8.2f}"
+                )
+        engine = engines["eager"]
+        with torch.no_grad():
+            products = median_seconds(step_products(engine, rows, span), reps)
+        flop_floor = shape.forward(rows, rows * span, rows) / rate
+        kv_bytes = 2 * shape.layers * rows * shape.kv_heads * span * shape.dim * 4
+        read_floor = kv_bytes / bandwidth
+        step = float(row["eager"]) / 1e3
+        compiled = f"{row['compiled']:>12s} {row['compiled first']:>8s}" if args.compile else ""
+        print(
+            f"{span:5d} {row['eager']} {1e3 * products:12.2f} {1e3 * flop_floor:11.2f} "
+            f"{1e3 * read_floor:11.2f} {step / (flop_floor + read_floor):12.1f} {compiled}"
+        )
+
+
 # The tiny mode's GRPO: one step of 8 rollouts in groups of 4, 8 new tokens.
 TINY_GRPO = dict(rollout_batch_size=8, group_size=4, train_batch_size=8, sampling_max_tokens=8)
 
@@ -454,6 +558,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--head", default=None, help="decode part's other commit (default: this tree)"
     )
+    parser.add_argument(
+        "--spans", default="32,64,96", help="step part's attended slots, e.g. 32,64,96"
+    )
+    parser.add_argument(
+        "--compile", action="store_true", help="step part: also the compiled step (slow start)"
+    )
     parser.add_argument("--tiny", action="store_true", help="seconds-long version (tests)")
     parser.add_argument("--worker", nargs=3, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -462,6 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(decode_worker(model, int(rows), int(examples), 1 if args.tiny else 2)))
         return 0
     args.rows = [int(r) for r in args.rows.split(",")]
+    args.spans = [int(s) for s in args.spans.split(",")]
     if args.tiny:
         args.grpo_steps, args.examples, args.rounds = 1, 8, 1
     parts = args.parts.split(",")
@@ -476,6 +587,8 @@ def main(argv: list[str] | None = None) -> int:
             profile_part(args, Path(args.model), out)
         if "decode" in parts:
             decode_part(args, Path(args.model), out)
+        if "step" in parts:
+            step_part(args, Path(args.model))
     return 0
 
 

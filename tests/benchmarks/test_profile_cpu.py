@@ -68,3 +68,28 @@ def test_decode_part_pairs_two_trees(tmp_path, capsys):
     # the same commit on both sides: the same greedy token ids and log-probs
     assert "greedy token ids of 64 prompts identical to the base's: True" in out
     assert re.search(r"greedy: (\d+) of \1 prompts' token ids equal; .* at most 0\.00e\+00", out)
+
+
+def test_step_part_prints_the_step_against_both_floors(tmp_path, capsys):
+    argv = ["--tiny", "--parts", "step", "--spans", "16,48", "--out", str(tmp_path)]
+    assert profile_cpu().main(argv) == 0
+    out = capsys.readouterr().out
+    head = re.search(
+        r"decode step at 128 rows, one thread: product rate (\S+) GFLOP/s, read "
+        r"rate (\S+) GB/s",
+        out,
+    )
+    assert head and float(head.group(1)) > 0 and float(head.group(2)) > 0, out
+    rows = {}
+    for line in out.splitlines():
+        cells = line.split()
+        if len(cells) == 6 and cells[0].isdigit():
+            rows[int(cells[0])] = [float(c) for c in cells[1:]]
+    assert set(rows) == {16, 48}, out
+    for step, products, flop_floor, read_floor, ratio in rows.values():
+        assert step > 0 and products > 0 and flop_floor > 0 and read_floor > 0
+        assert ratio == pytest.approx(step / (flop_floor + read_floor), rel=0.05, abs=0.05)
+    # the attention reads every attended slot's key and value once: its floor is linear in
+    # the span; the products' floor grows only by the attention's FLOPs
+    assert rows[48][3] == pytest.approx(3 * rows[16][3], rel=0.1, abs=0.02)
+    assert rows[16][2] <= rows[48][2] < 1.5 * rows[16][2]
