@@ -1,7 +1,7 @@
 """Where a tiny-world GRPO run and a 512-problem evaluation spend their time on one CPU thread,
 each phase against its floor; and the static engine's decoding against an older commit's.
 
-Parts (``--parts``, both by default):
+Parts (``--parts``, all three by default):
 
 * ``profile``: one short GRPO run (the committed study config
   ``results/default/grpo/default/seed~0/config.yaml``, ``--grpo-steps`` steps, its own evaluation
@@ -40,8 +40,8 @@ Parts (``--parts``, both by default):
   without faster products. With ``--compile``, also the step under ``torch.compile`` (the
   engine's ``compile: true``), its first call's seconds included.
 
-``--tiny`` shrinks the parts (8 problems, one GRPO step of 8 rollouts, one pair) for the
-tests.
+``--tiny`` shrinks the parts (8 problems, one GRPO step of 8 rollouts, one pair; 5 timed steps
+and a 16 MB read) for the tests.
 """
 
 from __future__ import annotations
@@ -150,13 +150,21 @@ def matmul_rate(shape: Shape, reps: int) -> float:
     best = 0.0
     for rows in (128, 512):
         x, w = torch.randn(rows, shape.hidden), torch.randn(shape.inter, shape.hidden)
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            torch.nn.functional.linear(x, w)
-            times.append(time.perf_counter() - t0)
-        best = max(best, 2 * rows * shape.hidden * shape.inter / statistics.median(times))
+        seconds = median_seconds(lambda x=x, w=w: torch.nn.functional.linear(x, w), reps, 0)
+        best = max(best, 2 * rows * shape.hidden * shape.inter / seconds)
     return best
+
+
+def median_seconds(fn: Callable[[], Any], reps: int, warmup: int = 3) -> float:
+    """Median seconds of ``reps`` calls of ``fn`` after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 # -- the profile part -----------------------------------------------------------------------
@@ -449,17 +457,6 @@ def decode_part(args: argparse.Namespace, model: Path, out: Path) -> None:
 # -- the step part --------------------------------------------------------------------------
 
 
-def median_seconds(fn: Callable[[], Any], reps: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def read_rate(megabytes: int = 256) -> float:
     """Bytes/s of one thread summing a float32 tensor of ``megabytes`` (far larger than the
     caches, so it streams from memory), the best of three."""
@@ -514,30 +511,30 @@ def step_part(args: argparse.Namespace, model: Path) -> None:
     header += f"{'read floor':>11s} {'step/floors':>12s}"
     print(header + (f" {'compiled ms':>12s} {'first s':>8s}" if args.compile else ""))
     for span in args.spans:
-        row: dict[str, str] = {}
+        step: dict[str, float] = {}  # engine -> median seconds of a step
+        first: dict[str, float] = {}  # engine -> seconds of its first step at this span
         for name, engine in engines.items():
             engine._ensure_cache(rows, max(args.spans))
             cache = engine._cache
             cache.pos[:rows] = span - 1  # every row attends ``span`` slots
-            args_ = (cache.tok[:rows], cache.pos[:rows], cache.slots[:span])
+            inputs = (cache.tok[:rows], cache.pos[:rows], cache.slots[:span])
             with torch.no_grad():
                 t0 = time.perf_counter()
-                engine._step_fn(*args_)
-                row[f"{name} first"] = f"{time.perf_counter() - t0:8.1f}"
-                row[name] = (
-                    f"{1e3 * median_seconds(lambda e=engine, a=args_: e._step_fn(*a), reps):8.2f}"
-                )
-        engine = engines["eager"]
+                engine._step_fn(*inputs)
+                first[name] = time.perf_counter() - t0
+                step[name] = median_seconds(lambda e=engine, a=inputs: e._step_fn(*a), reps)
         with torch.no_grad():
-            products = median_seconds(step_products(engine, rows, span), reps)
+            products = median_seconds(step_products(engines["eager"], rows, span), reps)
         flop_floor = shape.forward(rows, rows * span, rows) / rate
         kv_bytes = 2 * shape.layers * rows * shape.kv_heads * span * shape.dim * 4
         read_floor = kv_bytes / bandwidth
-        step = float(row["eager"]) / 1e3
-        compiled = f"{row['compiled']:>12s} {row['compiled first']:>8s}" if args.compile else ""
+        compiled = ""
+        if args.compile:
+            compiled = f"{1e3 * step['compiled']:12.2f} {first['compiled']:8.1f}"
         print(
-            f"{span:5d} {row['eager']} {1e3 * products:12.2f} {1e3 * flop_floor:11.2f} "
-            f"{1e3 * read_floor:11.2f} {step / (flop_floor + read_floor):12.1f} {compiled}"
+            f"{span:5d} {1e3 * step['eager']:8.2f} {1e3 * products:12.2f} "
+            f"{1e3 * flop_floor:11.2f} {1e3 * read_floor:11.2f} "
+            f"{step['eager'] / (flop_floor + read_floor):12.1f} {compiled}"
         )
 
 

@@ -259,8 +259,9 @@ class RolloutCheck:
     batch's grid and checks them against ``old_log_probs`` when the run scores those (the
     metrics and the TIS or ``correction`` weights come at once), else leaves :attr:`pending`
     for the batch's first update to measure on its own forward (:func:`check_rollouts`);
-    :meth:`after_update` keeps that update's ``rollout/`` (and ``offpolicy/``) measurement. :attr:`metrics` is the batch's check, for
-    every train line of the batch; the warning goes to stderr once a run (:class:`MismatchWarner`).
+    :meth:`after_update` keeps that update's ``rollout/`` (and ``offpolicy/``) measurement.
+    :attr:`metrics` is the batch's check, for every train line of the batch; the warning goes
+    to stderr once a run (:class:`MismatchWarner`).
     """
 
     def __init__(
