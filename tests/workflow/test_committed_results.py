@@ -126,6 +126,35 @@ def same_evaluation(a: dict, b: dict) -> bool:
     return all(a.get(k) == b.get(k) for k in keys)
 
 
+def test_every_run_from_an_sft_checkpoint_starts_where_that_sft_run_ended():
+    """In the default study the leaderboard recipe and DPO (but dpo/init~base) start seed N from
+    the checkpoint of seed N of an SFT run: their step-0 evaluation is that run's last one (the
+    same weights, problems and draw), every seed and run of them, the study made on one
+    machine."""
+    import re
+
+    chained = []
+    for path in sorted(RESULTS.glob("*/**/seed~*/config.yaml")):
+        start = re.search(
+            r"sft/(.+)/seed~(\d+)/checkpoint$",
+            str(yaml.safe_load(path.read_text()).get("model_path")),
+        )
+        if start is None:
+            continue
+        sft = RESULTS / "sft" / start.group(1) / f"seed~{start.group(2)}"
+        assert same_evaluation(first_eval(path.parent), eval_lines(sft)[-1]), path.parent
+        chained.append(path.parent.relative_to(RESULTS).parent.as_posix())
+    # the leaderboard recipe and the four DPO runs from SFT, three seeds each
+    assert sorted(set(chained)) == [
+        "dpo/beta~0.5",
+        "dpo/default",
+        "dpo/n_dpo_rounds~1",
+        "dpo/nll_weight~1.0",
+        "leaderboard",
+    ], chained
+    assert len(chained) == 15, chained
+
+
 def test_the_real_weights_study_is_committed_whole_and_chains_its_runs():
     """results/real_cpu (workflow/config/real_cpu.yaml): four seeds of zero-shot, SFT and GRPO
     on SmolLM2-135M-Instruct. Seed N's SFT step 0 is zero-shot's seed N, and its GRPO step 0 is
