@@ -510,20 +510,19 @@ def step_part(args: argparse.Namespace, model: Path) -> None:
     header = f"{'span':>5s} {'step ms':>8s} {'products ms':>12s} {'FLOP floor':>11s} "
     header += f"{'read floor':>11s} {'step/floors':>12s}"
     print(header + (f" {'compiled ms':>12s} {'first s':>8s}" if args.compile else ""))
+    caches = {name: e._ensure_cache(rows, max(args.spans)) for name, e in engines.items()}
     for span in args.spans:
         step: dict[str, float] = {}  # engine -> median seconds of a step
         first: dict[str, float] = {}  # engine -> seconds of its first step at this span
-        for name, engine in engines.items():
-            engine._ensure_cache(rows, max(args.spans))
-            cache = engine._cache
-            cache.pos[:rows] = span - 1  # every row attends ``span`` slots
-            inputs = (cache.tok[:rows], cache.pos[:rows], cache.slots[:span])
-            with torch.no_grad():
+        with torch.no_grad():
+            for name, engine in engines.items():
+                cache = caches[name]
+                cache.pos[:rows] = span - 1  # every row attends ``span`` slots
+                inputs = (cache.tok[:rows], cache.pos[:rows], cache.slots[:span])
                 t0 = time.perf_counter()
                 engine._step_fn(*inputs)
                 first[name] = time.perf_counter() - t0
                 step[name] = median_seconds(lambda e=engine, a=inputs: e._step_fn(*a), reps)
-        with torch.no_grad():
             products = median_seconds(step_products(engines["eager"], rows, span), reps)
         flop_floor = shape.forward(rows, rows * span, rows) / rate
         kv_bytes = 2 * shape.layers * rows * shape.kv_heads * span * shape.dim * 4
