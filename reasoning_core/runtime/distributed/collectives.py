@@ -7,17 +7,29 @@ summed over two ranks rounds once, at the end.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import FSDPModule
 
 from reasoning_core.runtime.distributed.world import active, rank, world_size
 from reasoning_core.runtime.errors import ConfigError
 
 T = TypeVar("T")
+
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    """True when ``model`` is an FSDP2 module (its parameters are shards).
+
+    Only :func:`~reasoning_core.runtime.distributed.sharding.shard_policy` imports
+    ``torch.distributed.fsdp``, so a process that has not imported it holds no FSDP2 module:
+    the check needs no import of its own. Importing FSDP takes 1-1.5 s of a CPU process's
+    start, which ``snakemake`` (planning the study) and the ``rrl`` commands that train no
+    sharded model need not pay."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    return fsdp is not None and isinstance(model, fsdp.FSDPModule)
 
 
 def _comm_device() -> torch.device:
@@ -85,7 +97,7 @@ def sum_gradients(model: torch.nn.Module) -> None:
     global one), so the sum is the gradient of the batch mean. A parameter that got a gradient
     on some rank and none on another counts zeros there; one with a gradient on no rank keeps
     none, as in one process. One flat buffer per dtype: one collective each."""
-    if not active() or isinstance(model, FSDPModule):  # FSDP2 has reduce-scattered them
+    if not active() or is_sharded(model):  # FSDP2 has reduce-scattered them
         return
     params = [p for p in model.parameters() if p.requires_grad]
     present = torch.tensor([p.grad is not None for p in params], dtype=torch.float64)

@@ -24,22 +24,13 @@ import copy
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    set_model_state_dict,
-    set_optimizer_state_dict,
-)
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-from reasoning_core.runtime.distributed.collectives import max_value
+from reasoning_core.runtime.distributed.collectives import is_sharded, max_value
 from reasoning_core.runtime.errors import ConfigError
 
-
-def is_sharded(model: torch.nn.Module) -> bool:
-    """True when ``model`` is an FSDP2 module (its parameters are shards)."""
-    return isinstance(model, FSDPModule)
+# torch.distributed.fsdp and torch.distributed.checkpoint are imported by the functions that
+# use them: importing them costs 1-1.5 s of every process's start on a CPU, and only a run
+# with ``sharding: fsdp`` needs them (``is_sharded`` tells without them).
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -57,6 +48,8 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 def shard_policy(model: torch.nn.Module) -> torch.nn.Module:
     """``fully_shard`` each decoder layer, then the whole model (in place; returns it), the
     gradients summed over the ranks. bf16 compute with float32 reduction on CUDA; none on CPU."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
     device = next(model.parameters()).device
     if device.type == "cuda":
         policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
@@ -66,7 +59,7 @@ def shard_policy(model: torch.nn.Module) -> torch.nn.Module:
         fully_shard(layer, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
     for module in model.modules():
-        if isinstance(module, FSDPModule):
+        if is_sharded(module):
             module.set_gradient_divide_factor(1.0)  # sum: each rank's loss is its share
             module.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no other)
     return model
@@ -82,21 +75,29 @@ def lockstep_passes(model: torch.nn.Module, passes: int) -> int:
     return int(max_value(float(passes)))
 
 
-FULL = StateDictOptions(full_state_dict=True)
-FULL_CPU = StateDictOptions(full_state_dict=True, cpu_offload=True)
+def _full_options(cpu: bool) -> Any:
+    """Options of ``torch.distributed.checkpoint.state_dict``: whole tensors, on rank 0's CPU
+    when ``cpu`` (the other ranks then get empty dicts)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True, cpu_offload=cpu)
 
 
 def full_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Every parameter and buffer of a sharded ``model`` gathered whole, on every rank (a
     collective: every rank calls it)."""
-    return get_model_state_dict(model, options=FULL)
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    return get_model_state_dict(model, options=_full_options(cpu=False))
 
 
 def gather_whole(model: torch.nn.Module, whole: torch.nn.Module | None) -> torch.nn.Module:
     """``whole`` (rank 0's unsharded CPU copy of ``model``) holding the shards of ``model``
     gathered onto rank 0's CPU; on the other ranks, which pass None and save nothing,
     ``model`` itself (a collective: every rank calls it)."""
-    state = get_model_state_dict(model, options=FULL_CPU)  # empty on the other ranks
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    state = get_model_state_dict(model, options=_full_options(cpu=True))  # empty elsewhere
     if whole is None:
         return model
     with torch.no_grad():
@@ -107,9 +108,14 @@ def gather_whole(model: torch.nn.Module, whole: torch.nn.Module | None) -> torch
 def full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
     """The whole model and optimizer state of a sharded policy, gathered onto rank 0's CPU
     (the other ranks get empty dicts; every rank calls it)."""
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
     return (
-        get_model_state_dict(model, options=FULL_CPU),
-        get_optimizer_state_dict(model, optimizer, options=FULL_CPU),
+        get_model_state_dict(model, options=_full_options(cpu=True)),
+        get_optimizer_state_dict(model, optimizer, options=_full_options(cpu=True)),
     )
 
 
@@ -118,8 +124,13 @@ def load_full_state(
 ) -> None:
     """Load a :func:`full_state` (read by every rank) into a sharded policy and its optimizer:
     each rank keeps its own shards, whatever the world size that saved it."""
-    set_model_state_dict(model, model_state, options=FULL)
-    set_optimizer_state_dict(model, optimizer, optim_state, options=FULL)
+    from torch.distributed.checkpoint.state_dict import (
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    set_model_state_dict(model, model_state, options=_full_options(cpu=False))
+    set_optimizer_state_dict(model, optimizer, optim_state, options=_full_options(cpu=False))
 
 
 class FullWeightsEngine:
