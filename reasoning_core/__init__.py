@@ -5,115 +5,114 @@ Everything importable from here is a pure function of tensors (and, for
 the two ``*_microbatch_train_step`` functions whose contract is to call ``.backward()``.
 The stateful shell lives in :mod:`reasoning_core.runtime` and is never imported from here;
 neither are transformers or vllm (models and tokenizers are passed in and duck-typed).
+
+The names are loaded at their first use: ``from reasoning_core import grpo_loss`` (or
+``reasoning_core.grpo_loss``) imports every module of the core, and with it torch, as an
+import of the whole package did. Python runs this file before any module under
+``reasoning_core.runtime``, and the runtime's commands that read only files (``rrl summary``,
+``rrl plot``, ``rrl --help``) need no torch, whose import takes 1.5-2 s of a CPU process's
+start. The built-in losses, advantage estimators and off-policy corrections register
+themselves when their modules load; a registry read before any name here is used loads them
+first (:mod:`reasoning_core.registry`).
 """
 
-from .advantages import (
-    batch_std_advantages,
-    compute_advantages,
-    compute_group_normalized_rewards,
-    group_normalize,
-    reinforce_pp_advantages,
-    rloo_advantages,
-)
-from .controls import CONTROL_REWARDS, control_rewards, random_rewards
-from .correction import (
-    RATIO_BAND,
-    apply_token_weights,
-    logprob_mismatch,
-    mismatch_warning,
-    tis_weights,
-)
-from .kl import KL_ESTIMATORS, kl_penalty
-from .logprobs import (
-    CHUNK_ELEMENTS,
-    compute_entropy,
-    get_response_log_probs,
-    log_probs_from_logits,
-)
-from .losses import (
-    compute_cispo_loss,
-    compute_dapo_clip_loss,
-    compute_grpo_clip_loss,
-    compute_grpo_no_clip_loss,
-    compute_gspo_loss,
-    compute_naive_policy_gradient_loss,
-    compute_policy_gradient_loss,
-    compute_sapo_loss,
-    grpo_loss,
-    grpo_microbatch_train_step,
-    sft_loss,
-    sft_microbatch_train_step,
-    token_mean_constant,
-)
-from .masked import masked_mean, masked_normalize
-from .offpolicy import offpolicy_weights
-from .preference import dpo_loss, sequence_log_probs
-from .presets import PRESETS
-from .registry import (
-    ADVANTAGE_ESTIMATORS,
-    LENGTH_NORMS,
-    OFFPOLICY_CORRECTIONS,
-    POLICY_LOSSES,
-    LossInputs,
-    LossSettings,
-    register_advantage_estimator,
-    register_offpolicy_correction,
-    register_policy_loss,
-)
-from .sampling_filters import dynamic_sampling_keep, mask_truncated, soft_overlong_penalty
-from .tokenization import tokenize_prompt_and_output
+from __future__ import annotations
 
-__all__ = [
-    "ADVANTAGE_ESTIMATORS",
-    "CHUNK_ELEMENTS",
-    "CONTROL_REWARDS",
-    "KL_ESTIMATORS",
-    "LENGTH_NORMS",
-    "POLICY_LOSSES",
-    "PRESETS",
-    "OFFPOLICY_CORRECTIONS",
-    "LossInputs",
-    "LossSettings",
-    "RATIO_BAND",
-    "apply_token_weights",
-    "batch_std_advantages",
-    "compute_advantages",
-    "compute_cispo_loss",
-    "compute_dapo_clip_loss",
-    "compute_entropy",
-    "compute_group_normalized_rewards",
-    "compute_grpo_clip_loss",
-    "compute_grpo_no_clip_loss",
-    "compute_gspo_loss",
-    "compute_naive_policy_gradient_loss",
-    "compute_policy_gradient_loss",
-    "compute_sapo_loss",
-    "control_rewards",
-    "dpo_loss",
-    "dynamic_sampling_keep",
-    "get_response_log_probs",
-    "group_normalize",
-    "grpo_loss",
-    "grpo_microbatch_train_step",
-    "kl_penalty",
-    "log_probs_from_logits",
-    "logprob_mismatch",
-    "mask_truncated",
-    "masked_mean",
-    "masked_normalize",
-    "mismatch_warning",
-    "offpolicy_weights",
-    "random_rewards",
-    "register_advantage_estimator",
-    "register_offpolicy_correction",
-    "register_policy_loss",
-    "reinforce_pp_advantages",
-    "rloo_advantages",
-    "sequence_log_probs",
-    "sft_loss",
-    "sft_microbatch_train_step",
-    "soft_overlong_penalty",
-    "tis_weights",
-    "token_mean_constant",
-    "tokenize_prompt_and_output",
-]
+import importlib
+from typing import Any
+
+# Each public name and the module of the core that defines it. The modules load in this
+# order, the order of the package's imports before they were deferred (it sets the order in
+# which each registry lists its built-in methods).
+_MODULES: dict[str, tuple[str, ...]] = {
+    "advantages": (
+        "batch_std_advantages",
+        "compute_advantages",
+        "compute_group_normalized_rewards",
+        "group_normalize",
+        "reinforce_pp_advantages",
+        "rloo_advantages",
+    ),
+    "controls": ("CONTROL_REWARDS", "control_rewards", "random_rewards"),
+    "correction": (
+        "RATIO_BAND",
+        "apply_token_weights",
+        "logprob_mismatch",
+        "mismatch_warning",
+        "tis_weights",
+    ),
+    "kl": ("KL_ESTIMATORS", "kl_penalty"),
+    "logprobs": (
+        "CHUNK_ELEMENTS",
+        "compute_entropy",
+        "get_response_log_probs",
+        "log_probs_from_logits",
+    ),
+    "losses": (
+        "compute_cispo_loss",
+        "compute_dapo_clip_loss",
+        "compute_grpo_clip_loss",
+        "compute_grpo_no_clip_loss",
+        "compute_gspo_loss",
+        "compute_naive_policy_gradient_loss",
+        "compute_policy_gradient_loss",
+        "compute_sapo_loss",
+        "grpo_loss",
+        "grpo_microbatch_train_step",
+        "sft_loss",
+        "sft_microbatch_train_step",
+        "token_mean_constant",
+    ),
+    "masked": ("masked_mean", "masked_normalize"),
+    "offpolicy": ("offpolicy_weights",),
+    "preference": ("dpo_loss", "sequence_log_probs"),
+    "presets": ("PRESETS",),
+    "registry": (
+        "ADVANTAGE_ESTIMATORS",
+        "LENGTH_NORMS",
+        "OFFPOLICY_CORRECTIONS",
+        "POLICY_LOSSES",
+        "LossInputs",
+        "LossSettings",
+        "register_advantage_estimator",
+        "register_offpolicy_correction",
+        "register_policy_loss",
+    ),
+    "sampling_filters": ("dynamic_sampling_keep", "mask_truncated", "soft_overlong_penalty"),
+    "tokenization": ("tokenize_prompt_and_output",),
+}
+
+__all__ = sorted(name for names in _MODULES.values() for name in names)
+
+_loading = False
+
+
+def _load() -> None:
+    """Import every module of the core (torch with them) and bind the public names here; a
+    no-op after the first call, and while the first is under way (a module that reads a
+    registry as it loads imports the modules it reads). A failed import is raised, and the
+    next use tries again."""
+    global _loading
+    if _loading:
+        return
+    _loading = True
+    try:
+        for module, names in _MODULES.items():
+            loaded = importlib.import_module(f"{__name__}.{module}")
+            globals().update({name: getattr(loaded, name) for name in names})
+    except BaseException:
+        _loading = False
+        raise
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        _load()
+        return globals()[name]
+    if name in _MODULES:  # a module of the core named before it was imported
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -24,6 +24,7 @@ The registries are filled when ``reasoning_core`` is imported (``losses.py`` and
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
@@ -58,33 +59,46 @@ LENGTH_NORMS: tuple[str, ...] = ("masked_mean", "masked_normalize", "token_mean"
 T = TypeVar("T")
 
 
+def _builtins_registered() -> None:
+    """Load the modules of the core, whose built-in methods register themselves as they load
+    (the package loads them at the first use of one of its names): a registry read first
+    from this module, ``from reasoning_core.registry import POLICY_LOSSES``, then lists what
+    it lists when read through the package, in the same order."""
+    sys.modules[__package__]._load()
+
+
 class Registry(Mapping[str, T], Generic[T]):
-    """Entries by name, in the order they were registered. A name registers once;
-    :meth:`remove` takes an entry out again (a test's temporary method)."""
+    """Entries by name, in the order they were registered, the built-in ones first. A name
+    registers once; :meth:`remove` takes an entry out again (a test's temporary method)."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._entries: dict[str, T] = {}
 
+    @property
+    def _registered(self) -> dict[str, T]:
+        _builtins_registered()
+        return self._entries
+
     def __getitem__(self, name: str) -> T:
         try:
-            return self._entries[name]
+            return self._registered[name]
         except KeyError:
             raise ValueError(
                 f"unknown {self.kind} {name!r}; expected one of {list(self._entries)}"
             ) from None
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
+        return iter(self._registered)
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._registered)
 
     def __repr__(self) -> str:
-        return f"Registry({self.kind!r}, {list(self._entries)})"
+        return f"Registry({self.kind!r}, {list(self._registered)})"
 
     def add(self, name: str, entry: T) -> T:
-        if name in self._entries:
+        if name in self._registered:
             raise ValueError(f"{self.kind} {name!r} is registered already")
         self._entries[name] = entry
         return entry

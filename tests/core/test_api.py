@@ -111,6 +111,44 @@ def test_import_pulls_in_neither_transformers_nor_vllm_nor_the_runtime():
     assert result.stdout.strip() == "[]"
 
 
+def _fresh(code: str) -> str:
+    """What ``code`` prints in a fresh interpreter."""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    return result.stdout.strip()
+
+
+def test_the_names_load_at_their_first_use():
+    """``import reasoning_core`` alone imports no torch (the runtime's file-reading commands
+    need none); the first name used loads every module, as an eager import of the package
+    did, and the submodules are attributes of the package as before."""
+    code = (
+        "import sys, reasoning_core as rc\n"
+        "print('torch' in sys.modules)\n"
+        "fn = rc.grpo_loss\n"
+        "print('torch' in sys.modules, fn is rc.losses.grpo_loss)\n"
+        "print(all(hasattr(rc, n) for n in rc.__all__), set(rc.__all__) <= set(dir(rc)))\n"
+    )
+    assert _fresh(code).splitlines() == ["False", "True True", "True True"]
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        rc.no_such_name  # noqa: B018
+
+
+def test_a_registry_read_first_from_its_module_lists_every_built_in_method_in_order():
+    """Read straight from ``reasoning_core.registry`` in a fresh interpreter (no name of the
+    package used before), each registry lists the built-in methods the package lists, in the
+    order it lists them."""
+    code = (
+        "from reasoning_core.registry import ADVANTAGE_ESTIMATORS as A, POLICY_LOSSES as P, "
+        "OFFPOLICY_CORRECTIONS as O\n"
+        "print([list(A), list(P), list(O)])\n"
+    )
+    want = [list(rc.ADVANTAGE_ESTIMATORS), list(rc.POLICY_LOSSES), list(rc.OFFPOLICY_CORRECTIONS)]
+    assert _fresh(code) == str(want)
+    assert {"grpo", "rloo"} <= set(want[0]) and {"grpo_clip", "cispo"} <= set(want[1])
+
+
 def _checked(fn):
     jaxtyping = pytest.importorskip("jaxtyping")
     beartype = pytest.importorskip("beartype")

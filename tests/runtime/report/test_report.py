@@ -484,3 +484,40 @@ def test_help_says_95_percent_once(command, capsys):
     assert done.value.code == 0
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps the lines
     assert "95% " in text and "%%" not in text
+
+
+def test_the_file_reading_commands_import_no_torch(tmp_path):
+    """``rrl summary``, ``plot`` and ``ablations`` read metrics files and write tables and
+    figures: in a fresh interpreter they run without importing torch (1.5-2 s of each such
+    job's start in a study), on the committed study's GRPO runs."""
+    import shutil
+    import subprocess
+    import sys
+
+    from project_root import ROOT
+
+    shutil.copytree(ROOT / "results/default/grpo", tmp_path / "grpo")
+    runs = [str(p.parent) for p in sorted((tmp_path / "grpo").glob("*/seeds.json"))]
+    assert len(runs) >= 3
+    code = (
+        "import sys\n"
+        "from reasoning_core.runtime.cli import main\n"
+        f"runs = {runs!r}\n"
+        f"out = {str(tmp_path)!r}\n"
+        "codes = [\n"
+        "    main(['summary', '--runs', *runs, '--seeds', '0', '1', '2', '--out', out + '/s.tsv']),\n"
+        "    main(['ablations', '--summary', out + '/s.tsv', '--out', out + '/a.tsv']),\n"
+        "    main(['plot', '--runs', *runs, '--metric', 'eval/accuracy', '--x', 'step',\n"
+        "          '--out', out + '/p.png']),\n"
+        "]\n"
+        "print(codes, 'torch' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "[0, 0, 0] False", result.stderr[-3000:]
+    rows = list(csv.DictReader((tmp_path / "s.tsv").open(), delimiter="\t"))
+    assert {row["run"] for row in rows} >= {"grpo/default", "grpo/lr~3e-5"}
+    assert (tmp_path / "a.tsv").stat().st_size > 0
+    assert (tmp_path / "p.png").read_bytes()[:8] == PNG_SIGNATURE
