@@ -84,31 +84,35 @@ _MODULES: dict[str, tuple[str, ...]] = {
 
 __all__ = sorted(name for names in _MODULES.values() for name in names)
 
+# Where each public name is defined.
+_DEFINED_IN = {name: module for module, names in _MODULES.items() for name in names}
+
 _loading = False
 
 
 def _load() -> None:
-    """Import every module of the core (torch with them) and bind the public names here; a
-    no-op after the first call, and while the first is under way (a module that reads a
-    registry as it loads imports the modules it reads). A failed import is raised, and the
-    next use tries again."""
+    """Import every module of the core (torch with them): the built-in methods register
+    themselves as their modules load. A no-op after the first call, and while the first is
+    under way (a module that reads a registry as it loads imports the modules it reads). A
+    failed import is raised, and the next use tries again."""
     global _loading
     if _loading:
         return
     _loading = True
     try:
-        for module, names in _MODULES.items():
-            loaded = importlib.import_module(f"{__name__}.{module}")
-            globals().update({name: getattr(loaded, name) for name in names})
+        for module in _MODULES:
+            importlib.import_module(f"{__name__}.{module}")
     except BaseException:
         _loading = False
         raise
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
+    if name in _DEFINED_IN:
         _load()
-        return globals()[name]
+        value = getattr(importlib.import_module(f"{__name__}.{_DEFINED_IN[name]}"), name)
+        globals()[name] = value
+        return value
     if name in _MODULES:  # a module of the core named before it was imported
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -68,8 +68,9 @@ def _builtins_registered() -> None:
 
 
 class Registry(Mapping[str, T], Generic[T]):
-    """Entries by name, in the order they were registered, the built-in ones first. A name
-    registers once; :meth:`remove` takes an entry out again (a test's temporary method)."""
+    """Entries by name, in the order they were registered. A name registers once;
+    :meth:`remove` takes an entry out again (a test's temporary method). Reading it loads the
+    built-in methods first (:func:`_builtins_registered`)."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -98,7 +99,8 @@ class Registry(Mapping[str, T], Generic[T]):
         return f"Registry({self.kind!r}, {list(self._registered)})"
 
     def add(self, name: str, entry: T) -> T:
-        if name in self._registered:
+        # _entries, not _registered: a built-in method adds itself while its module loads
+        if name in self._entries:
             raise ValueError(f"{self.kind} {name!r} is registered already")
         self._entries[name] = entry
         return entry
