@@ -21,71 +21,80 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# Each public name and the module of the core that defines it. The modules load in this
-# order, the order of the package's imports before they were deferred (it sets the order in
-# which each registry lists its built-in methods).
-_MODULES: dict[str, tuple[str, ...]] = {
-    "advantages": (
-        "batch_std_advantages",
-        "compute_advantages",
-        "compute_group_normalized_rewards",
-        "group_normalize",
-        "reinforce_pp_advantages",
-        "rloo_advantages",
-    ),
-    "controls": ("CONTROL_REWARDS", "control_rewards", "random_rewards"),
-    "correction": (
-        "RATIO_BAND",
-        "apply_token_weights",
-        "logprob_mismatch",
-        "mismatch_warning",
-        "tis_weights",
-    ),
-    "kl": ("KL_ESTIMATORS", "kl_penalty"),
-    "logprobs": (
-        "CHUNK_ELEMENTS",
-        "compute_entropy",
-        "get_response_log_probs",
-        "log_probs_from_logits",
-    ),
-    "losses": (
-        "compute_cispo_loss",
-        "compute_dapo_clip_loss",
-        "compute_grpo_clip_loss",
-        "compute_grpo_no_clip_loss",
-        "compute_gspo_loss",
-        "compute_naive_policy_gradient_loss",
-        "compute_policy_gradient_loss",
-        "compute_sapo_loss",
-        "grpo_loss",
-        "grpo_microbatch_train_step",
-        "sft_loss",
-        "sft_microbatch_train_step",
-        "token_mean_constant",
-    ),
-    "masked": ("masked_mean", "masked_normalize"),
-    "offpolicy": ("offpolicy_weights",),
-    "preference": ("dpo_loss", "sequence_log_probs"),
-    "presets": ("PRESETS",),
-    "registry": (
-        "ADVANTAGE_ESTIMATORS",
-        "LENGTH_NORMS",
-        "OFFPOLICY_CORRECTIONS",
-        "POLICY_LOSSES",
-        "LossInputs",
-        "LossSettings",
-        "register_advantage_estimator",
-        "register_offpolicy_correction",
-        "register_policy_loss",
-    ),
-    "sampling_filters": ("dynamic_sampling_keep", "mask_truncated", "soft_overlong_penalty"),
-    "tokenization": ("tokenize_prompt_and_output",),
-}
+# The modules of the core, loaded in this order: the order of the package's imports before
+# they were deferred (it sets the order in which each registry lists its built-in methods).
+_MODULES = (
+    "advantages",
+    "controls",
+    "correction",
+    "kl",
+    "logprobs",
+    "losses",
+    "masked",
+    "offpolicy",
+    "preference",
+    "presets",
+    "registry",
+    "sampling_filters",
+    "tokenization",
+)
 
-__all__ = sorted(name for names in _MODULES.values() for name in names)
-
-# Where each public name is defined.
-_DEFINED_IN = {name: module for module, names in _MODULES.items() for name in names}
+# The public names; each is in the ``__all__`` of the module that defines it.
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "CHUNK_ELEMENTS",
+    "CONTROL_REWARDS",
+    "KL_ESTIMATORS",
+    "LENGTH_NORMS",
+    "POLICY_LOSSES",
+    "PRESETS",
+    "OFFPOLICY_CORRECTIONS",
+    "LossInputs",
+    "LossSettings",
+    "RATIO_BAND",
+    "apply_token_weights",
+    "batch_std_advantages",
+    "compute_advantages",
+    "compute_cispo_loss",
+    "compute_dapo_clip_loss",
+    "compute_entropy",
+    "compute_group_normalized_rewards",
+    "compute_grpo_clip_loss",
+    "compute_grpo_no_clip_loss",
+    "compute_gspo_loss",
+    "compute_naive_policy_gradient_loss",
+    "compute_policy_gradient_loss",
+    "compute_sapo_loss",
+    "control_rewards",
+    "dpo_loss",
+    "dynamic_sampling_keep",
+    "get_response_log_probs",
+    "group_normalize",
+    "grpo_loss",
+    "grpo_microbatch_train_step",
+    "kl_penalty",
+    "log_probs_from_logits",
+    "logprob_mismatch",
+    "mask_truncated",
+    "masked_mean",
+    "masked_normalize",
+    "mismatch_warning",
+    "offpolicy_weights",
+    "random_rewards",
+    "register_advantage_estimator",
+    "register_offpolicy_correction",
+    "register_policy_loss",
+    "reinforce_pp_advantages",
+    "rloo_advantages",
+    "sequence_log_probs",
+    "sft_loss",
+    "sft_microbatch_train_step",
+    "soft_overlong_penalty",
+    "tis_weights",
+    "token_mean_constant",
+    "tokenize_prompt_and_output",
+]
+_PUBLIC = frozenset(__all__)
 
 _loading = False
 
@@ -108,9 +117,10 @@ def _load() -> None:
 
 
 def __getattr__(name: str) -> Any:
-    if name in _DEFINED_IN:
+    if name in _PUBLIC:
         _load()
-        value = getattr(importlib.import_module(f"{__name__}.{_DEFINED_IN[name]}"), name)
+        modules = (importlib.import_module(f"{__name__}.{m}") for m in _MODULES)
+        value = getattr(next(m for m in modules if name in m.__all__), name)
         globals()[name] = value
         return value
     if name in _MODULES:  # a module of the core named before it was imported
