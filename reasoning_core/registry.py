@@ -17,8 +17,10 @@ score the sampling policy), which settings it takes with their defaults and boun
 An advantage estimator registers with :func:`register_advantage_estimator`; its function
 takes ``(raw_rewards, group_size, advantage_eps)`` and returns ``(advantages, metadata)``.
 
-The registries are filled when ``reasoning_core`` is imported (``losses.py`` and
-``advantages.py`` register the built-in methods) and are otherwise read-only for the core.
+The built-in methods register themselves when their modules load (``advantages.py``,
+``losses.py``, ``offpolicy.py``): at the first use of a name of ``reasoning_core``, or at the
+first read of a registry, whichever comes first. The registries are otherwise read-only for the
+core.
 """
 
 from __future__ import annotations

@@ -99,24 +99,21 @@ def test_defaults_do_what_the_spec_says():
     torch.testing.assert_close(out["log_probs"], want)
 
 
-def test_import_pulls_in_neither_transformers_nor_vllm_nor_the_runtime():
-    code = (
-        "import sys, reasoning_core\n"
-        "bad = [m for m in ('transformers', 'vllm', 'reasoning_core.runtime') if m in sys.modules]\n"
-        "print(bad)\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    )
-    assert result.stdout.strip() == "[]"
-
-
 def _fresh(code: str) -> str:
     """What ``code`` prints in a fresh interpreter."""
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     return result.stdout.strip()
+
+
+def test_import_pulls_in_neither_transformers_nor_vllm_nor_the_runtime():
+    code = (
+        "import sys, reasoning_core\n"
+        "bad = [m for m in ('transformers', 'vllm', 'reasoning_core.runtime') if m in sys.modules]\n"
+        "print(bad)\n"
+    )
+    assert _fresh(code) == "[]"
 
 
 def test_the_names_load_at_their_first_use():

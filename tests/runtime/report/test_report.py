@@ -1,13 +1,18 @@
-"""rrl plot and rrl summary on synthetic run folders (no training)."""
+"""rrl plot and rrl summary on synthetic run folders and on a copy of the committed study's runs
+(no training)."""
 
 from __future__ import annotations
 
 import csv
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from project_root import ROOT
 
 from reasoning_core.runtime import report
 from reasoning_core.runtime.cli import main as rrl
@@ -490,12 +495,6 @@ def test_the_file_reading_commands_import_no_torch(tmp_path):
     """``rrl summary``, ``plot`` and ``ablations`` read metrics files and write tables and
     figures: in a fresh interpreter they run without importing torch (1.5-2 s of each such
     job's start in a study), on the committed study's GRPO runs."""
-    import shutil
-    import subprocess
-    import sys
-
-    from project_root import ROOT
-
     shutil.copytree(ROOT / "results/default/grpo", tmp_path / "grpo")
     runs = [str(p.parent) for p in sorted((tmp_path / "grpo").glob("*/seeds.json"))]
     assert len(runs) >= 3
