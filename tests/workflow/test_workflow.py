@@ -65,6 +65,23 @@ def shipped_base_copy(cwd: Path) -> Path:
     return folder
 
 
+def test_each_seeds_json_is_a_shell_job_of_rrl_seeds_over_every_seed(tmp_path):
+    """seeds.json comes from `rrl seeds`, a command that starts without torch. A `run:` block
+    would be run by a new snakemake process that parses the whole workflow again: about 4 s of
+    CPU for each of the study's 28 runs."""
+    shipped_base_copy(tmp_path)
+    result = snakemake("-n", "-p", "--cores", "2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr + result.stdout
+    jobs = [j for j in planned_jobs(result.stdout) if j["rule"] == "seeds"]
+    assert len(jobs) == 28
+    for job in jobs:
+        run = f"results/default/{job['wildcards'].removeprefix('run=')}"
+        assert job["Shell command"] == (
+            f"rrl seeds --run {run} --seeds 0 1 2 --out {run}/seeds.json "
+            f"> results/default/logs/seeds/{run.removeprefix('results/default/')}.log 2>&1"
+        ), job
+
+
 def test_default_study_plan_shares_the_control_and_runs_two_jobs_at_once(tmp_path):
     shipped_base_copy(tmp_path)
     result = snakemake("-n", "--cores", "2", cwd=tmp_path)

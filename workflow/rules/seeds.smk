@@ -1,7 +1,9 @@
 # One run across seeds: {run}/seeds.json, the final accuracy and format reward of each seed of
 # the `seeds` setting with their mean, sample standard deviation and 95% t-interval half-width
-# (reasoning_core/runtime/report/seeds.py; `rrl seeds` outside the workflow). Run inside
-# snakemake (a few milliseconds of work each): a job would pay for importing torch.
+# (reasoning_core/runtime/report/seeds.py). A shell job running `rrl seeds`, which imports no
+# torch and starts in a fraction of a second; a `run:` block would cost more, because snakemake
+# executes each such job in a new snakemake process that parses the whole workflow again (about
+# 4 s of CPU a job).
 
 
 rule seeds:
@@ -14,10 +16,10 @@ rule seeds:
     wildcard_constraints:
         run=rf"(sft|ei|grpo|dpo)/({VARIANT_REGEX})|leaderboard|zero_shot",
     localrule: True
+    conda:
+        "../envs/rrl.yaml"
     params:
         run=run_folder,
-    run:
-        from reasoning_core.runtime.report.seeds import write_seed_summary
-
-        data = write_seed_summary(params.run, output.json, SEEDS)
-        Path(log[0]).write_text(f"{output.json}: {data}\n")
+        seeds=SEEDS_ARG,
+    shell:
+        "rrl seeds --run {params.run} --seeds {params.seeds} --out {output.json} > {log} 2>&1"
