@@ -217,11 +217,11 @@ def run_safety_judge(cfg: SafetyJudgeConfig, out: str | Path) -> dict[str, Any]:
     lock_run_folder(out, "safety-judge")
     save_config(cfg, out)
     questions = [judge_question(r["prompts_final"], r["output"]) for r in records]
-    tokenizer = load_judge_tokenizer(cfg)
+    engine = build_engine(cfg)
+    tokenizer = evaluate.engine_tokenizer(engine) or load_judge_tokenizer(cfg)
     vllm = evaluate.engine_kind(judge_eval_config(cfg)) == "vllm"
     adds_bos = vllm and tokenizer_adds_bos(tokenizer)
     prompts = judge_prompts(questions, tokenizer, cfg.chat_template, engine_adds_bos=adds_bos)
-    engine = build_engine(cfg)
     params = eval_params(cfg)
     t1 = time.perf_counter()
     judgements: list[str] = []

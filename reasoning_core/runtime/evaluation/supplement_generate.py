@@ -160,7 +160,7 @@ def run_generate(cfg: SupplementGenerateConfig, out: str | Path) -> dict[str, An
     params = eval_params(cfg, include_stop_str_in_output=False)
     # vLLM adds the tokenizer's BOS itself; the hf and static engines read it from the text.
     vllm = evaluate.engine_kind(eval_config(cfg)) == "vllm"
-    tokenizer = load_tokenizer(cfg)
+    tokenizer = evaluate.engine_tokenizer(engine) or load_tokenizer(cfg)
     prompts = [
         engine_prompt(tokenizer, instruction_prompt(text, cfg.template), engine_adds_bos=vllm)
         for text in instructions
