@@ -91,8 +91,14 @@ def test_rrl_safety_judge_writes_scores_and_annotations(tmp_path, monkeypatch, j
     assert done["safe_share"] == pytest.approx(1 / 3)
 
 
-def test_rrl_safety_judge_with_the_hf_engine(tmp_path, judge_dir):
-    """A random tiny judge: whatever it writes is counted as safe, unsafe or unanswered."""
+def test_rrl_safety_judge_with_the_hf_engine(tmp_path, monkeypatch, judge_dir):
+    """A random tiny judge: whatever it writes is counted as safe, unsafe or unanswered. The
+    prompts are built with the tokenizer the engine loaded with the judge."""
+
+    def load_again(cfg):
+        raise AssertionError("the hf engine's tokenizer was loaded a second time")
+
+    monkeypatch.setattr(safety_judge, "load_judge_tokenizer", load_again)
     data = write_simple_safety_tests(tmp_path / "sst.jsonl", ["p0", "p1"], ["a", "b"])
     out = tmp_path / "run"
     argv = [

@@ -48,7 +48,12 @@ def test_alpaca_eval_responses_as_the_alpaca_eval_array(tmp_path, monkeypatch, m
     assert summary["num_examples"] == 3 and summary["throughput"] > 0
 
 
-def test_simple_safety_tests_responses_with_the_hf_engine(tmp_path, model_dir):
+def test_simple_safety_tests_responses_with_the_hf_engine(tmp_path, monkeypatch, model_dir):
+    def load_again(cfg):
+        raise AssertionError("the hf engine's tokenizer was loaded a second time")
+
+    # the prompts are built with the tokenizer the engine loaded with its model
+    monkeypatch.setattr(supplement_generate, "load_tokenizer", load_again)
     out = tmp_path / "run"
     argv = [
         "supplement-generate", "--set", f"model_path={model_dir}",
