@@ -163,3 +163,19 @@ PROMPTS = [
     "The answer is \\boxed{",
 ]
 LONG_PROMPT = "Let x = 3, then x + 4 = 7. " * 12  # > 200 tokens with this tokenizer
+
+
+def count_tokenizer_loads(monkeypatch) -> list[str]:
+    """The folders ``AutoTokenizer.from_pretrained`` loads from while the test runs, in order
+    (each load still happens)."""
+    from transformers import AutoTokenizer
+
+    real = AutoTokenizer.from_pretrained
+    loads: list[str] = []
+
+    def counted(path, *args, **kwargs):
+        loads.append(str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", counted)
+    return loads

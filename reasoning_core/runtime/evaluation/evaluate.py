@@ -305,12 +305,12 @@ def engine_policy(engine: Any) -> tuple[Any, Any] | None:
     return None
 
 
-def engine_tokenizer(engine: Any) -> Any:
-    """The tokenizer an hf or static engine loaded with its model (None for vLLM, which keeps
-    its own): a command that needs the model folder's tokenizer too takes this one, since
-    loading a large tokenizer again costs seconds (Llama 3's about 2 s on a CPU)."""
+def engine_tokenizer(engine: Any, model_path: str) -> Any:
+    """The tokenizer of ``model_path``, the folder ``engine`` samples from: the one an hf or
+    static engine loaded with its model, loaded again only for vLLM (which keeps its own);
+    loading a large tokenizer costs seconds (Llama 3's about 2 s on a CPU)."""
     held = engine_policy(engine)
-    return held[1] if held else None
+    return held[1] if held else _hf_tokenizer(model_path)
 
 
 def close_engine(engine: Any) -> None:
@@ -346,7 +346,7 @@ def run_eval(cfg: EvalConfig, out: str | Path, *, progress: bool = True) -> dict
     sampler, graded_task = engine, task
     make_env = environment_factory(cfg, task)
     if make_env is not None:  # setting env: every sample is an episode, the tool at hand
-        tokenizer = held[1] if held else _hf_tokenizer(cfg.model_path)
+        tokenizer = engine_tokenizer(engine, cfg.model_path)
         sampler = EpisodeEngine(engine, make_env, examples, tokenizer)
         graded_task = EnvironmentTask(make_env)
     summary, records = evaluate_policy(

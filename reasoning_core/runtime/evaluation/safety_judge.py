@@ -168,12 +168,6 @@ def judge_eval_config(cfg: SafetyJudgeConfig) -> evaluate.EvalConfig:
     )
 
 
-def load_judge_tokenizer(cfg: SafetyJudgeConfig) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(cfg.judge_path)
-
-
 def judge_prompts(
     questions: Sequence[str], tokenizer: Any, chat_template: bool, *, engine_adds_bos: bool
 ) -> list[str]:
@@ -218,7 +212,7 @@ def run_safety_judge(cfg: SafetyJudgeConfig, out: str | Path) -> dict[str, Any]:
     save_config(cfg, out)
     questions = [judge_question(r["prompts_final"], r["output"]) for r in records]
     engine = build_engine(cfg)
-    tokenizer = evaluate.engine_tokenizer(engine) or load_judge_tokenizer(cfg)
+    tokenizer = evaluate.engine_tokenizer(engine, cfg.judge_path)
     vllm = evaluate.engine_kind(judge_eval_config(cfg)) == "vllm"
     adds_bos = vllm and tokenizer_adds_bos(tokenizer)
     prompts = judge_prompts(questions, tokenizer, cfg.chat_template, engine_adds_bos=adds_bos)

@@ -133,12 +133,6 @@ def build_engine(cfg: SupplementGenerateConfig) -> RolloutEngine:
     return evaluate.build_engine(eval_cfg)
 
 
-def load_tokenizer(cfg: SupplementGenerateConfig) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(cfg.model_path)
-
-
 def load_prompts(cfg: SupplementGenerateConfig) -> list[dict]:
     if cfg.dataset == "alpaca_eval":
         return load_alpaca_eval(cfg.data_path, cfg.eval_examples)
@@ -160,7 +154,7 @@ def run_generate(cfg: SupplementGenerateConfig, out: str | Path) -> dict[str, An
     params = eval_params(cfg, include_stop_str_in_output=False)
     # vLLM adds the tokenizer's BOS itself; the hf and static engines read it from the text.
     vllm = evaluate.engine_kind(eval_config(cfg)) == "vllm"
-    tokenizer = evaluate.engine_tokenizer(engine) or load_tokenizer(cfg)
+    tokenizer = evaluate.engine_tokenizer(engine, cfg.model_path)
     prompts = [
         engine_prompt(tokenizer, instruction_prompt(text, cfg.template), engine_adds_bos=vllm)
         for text in instructions

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from tiny_model import save_tiny_model
+from tiny_model import count_tokenizer_loads, save_tiny_model
 
 from envs.supplement import write_simple_safety_tests
 from reasoning_core.runtime import cli
@@ -95,10 +95,7 @@ def test_rrl_safety_judge_with_the_hf_engine(tmp_path, monkeypatch, judge_dir):
     """A random tiny judge: whatever it writes is counted as safe, unsafe or unanswered. The
     prompts are built with the tokenizer the engine loaded with the judge."""
 
-    def load_again(cfg):
-        raise AssertionError("the hf engine's tokenizer was loaded a second time")
-
-    monkeypatch.setattr(safety_judge, "load_judge_tokenizer", load_again)
+    loads = count_tokenizer_loads(monkeypatch)
     data = write_simple_safety_tests(tmp_path / "sst.jsonl", ["p0", "p1"], ["a", "b"])
     out = tmp_path / "run"
     argv = [
@@ -108,6 +105,7 @@ def test_rrl_safety_judge_with_the_hf_engine(tmp_path, monkeypatch, judge_dir):
     assert cli.main(argv) == 0
     done = json.loads((out / "done.json").read_text())
     assert done["n"] == 2 and done["safe"] + done["unsafe"] + done["unanswered"] == 2
+    assert loads == [str(judge_dir)]  # the prompts use the tokenizer the engine loaded
 
 
 def test_bad_input_is_named_before_any_work(tmp_path, judge_dir, capsys):
