@@ -75,10 +75,11 @@ def test_each_seeds_json_is_a_shell_job_of_rrl_seeds_over_every_seed(tmp_path):
     jobs = [j for j in planned_jobs(result.stdout) if j["rule"] == "seeds"]
     assert len(jobs) == 28
     for job in jobs:
-        run = f"results/default/{job['wildcards'].removeprefix('run=')}"
+        name = job["wildcards"].removeprefix("run=")
+        run = f"results/default/{name}"
         assert job["Shell command"] == (
             f"rrl seeds --run {run} --seeds 0 1 2 --out {run}/seeds.json "
-            f"> results/default/logs/seeds/{run.removeprefix('results/default/')}.log 2>&1"
+            f"> results/default/logs/seeds/{name}.log 2>&1"
         ), job
 
 
