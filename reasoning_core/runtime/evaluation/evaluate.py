@@ -66,7 +66,12 @@ from reasoning_core.runtime.training.episodes import (
     episode_metrics,
 )
 from reasoning_core.runtime.training.rollouts import EVAL_RENAMED, eval_params
-from reasoning_core.runtime.training.settings import check_env_settings, env_choices
+from reasoning_core.runtime.training.settings import (
+    check_engine_settings,
+    check_env_settings,
+    engine_options,
+    env_choices,
+)
 
 # ---------------------------------------------------------------------------------------------
 # rrl eval
@@ -106,6 +111,12 @@ class EvalConfig:
     """Sampling engine: hf, static or vllm, or auto (vllm when the vllm package imports and
     device is CUDA, else static on CUDA, else hf); the log says which and done.json records
     it."""
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Options of the hf or static engine, as the trainers' setting of this name: a flat
+    mapping ({max_batch_size: 128, row_step: 8}) or one section per engine. A trainer's
+    evaluation samples exactly what rrl eval does only with the same engine options. vLLM's
+    options are the settings max_model_len, kv_cache_memory_bytes and
+    gpu_memory_utilization."""
     device: str = "auto"
     """Where the hf and static engines and the entropy forward run (vLLM places itself): auto
     (the CUDA GPU when there is one), cpu, cuda or cuda:N."""
@@ -203,6 +214,7 @@ class EvalConfig:
         check_model_folder(self.model_path)  # last: the cheap settings are named first
 
     def _validate_env(self) -> None:
+        check_engine_settings(self.engine, self.engine_kwargs)
         check_env_settings(self)
         if self.env != "single_turn" and self.chat_template:
             # The environment writes the prompt and reads every turn as plain text.
@@ -258,9 +270,16 @@ def build_engine(
     it (``rrl supplement-generate``, ``rrl safety-judge``) name themselves as ``command`` and
     may add options of the vLLM engine (``tensor_parallel_size``)."""
     kind = engine_kind(cfg)
+    options = engine_options(cfg.engine_kwargs, kind)
     if kind in ("hf", "static"):
         model, tokenizer = load_hf_model(cfg, command)
-        return make_engine(kind, model, tokenizer)
+        return make_engine(kind, model, tokenizer, **options)
+    if options:
+        raise ConfigError(
+            f"setting 'engine_kwargs' gives the vllm engine options {sorted(options)}: "
+            f"{command} takes vLLM's from the settings max_model_len, kv_cache_memory_bytes "
+            "and gpu_memory_utilization"
+        )
     return make_engine(
         "vllm",
         cfg.model_path,

@@ -99,6 +99,13 @@ class EIConfig(ShardingConfig, RolloutConfig):
     """Most new tokens per rollout."""
     log_rollout_entropy: bool = True
     """Log the policy's mean token entropy over each round's rollouts (rollout/entropy)."""
+    logprob_check_rows: int | None = None
+    """Rollouts of each round whose engine log-probs are checked against the policy's
+    (``rollout/logprob_diff_*``), the round's first N in sampling order; null: all. The check
+    costs a no-gradient forward over those rows and changes no update, so a sample of a round
+    finds a broken weight sync as surely as the whole round does. All rows are scored anyway
+    when the engine gives no per-token entropies (``rollout/entropy`` comes from that
+    forward)."""
     train_examples: int | None = None
     """Size of the pool of training questions (null: the task's default)."""
     lr: float = 5e-5
@@ -114,6 +121,8 @@ class EIConfig(ShardingConfig, RolloutConfig):
         )
         check_divisible(self, "batch_size", "gradient_accumulation_steps")
         check_sampling(self)
+        if self.logprob_check_rows is not None:
+            check_at_least_one(self, "logprob_check_rows")
         if self.normalize_constant <= 0:
             raise ConfigError("setting 'normalize_constant' must be > 0")
         super().validate()
@@ -189,13 +198,17 @@ def train(cfg: EIConfig, out: str) -> dict:
             "time/train": 0.0,  # the optimizer steps' lines below carry it
         }
         # The policy's log-probs of the rollouts (and their entropy, when the engine gave none)
-        # from one no-gradient forward, against the engine's log-probs of the same tokens.
-        tokens = tokenize_pairs(ro.prompts, ro.responses, t.tokenizer)
+        # from one no-gradient forward, against the engine's log-probs of the same tokens: of
+        # the first logprob_check_rows rollouts, or of all when the entropy needs the forward.
         forward_entropy = cfg.log_rollout_entropy and any(
             c.entropies is None for c in ro.completions
         )
+        checked = len(ro.completions)
+        if cfg.logprob_check_rows is not None and not forward_entropy:
+            checked = min(checked, cfg.logprob_check_rows)
+        tokens = tokenize_pairs(ro.prompts[:checked], ro.responses[:checked], t.tokenizer)
         policy, entropy = score_rollouts(t.model, tokens, device, score_micro, forward_entropy)
-        engine = engine_log_probs(tokens.labels, tokens.response_mask, ro.completions)
+        engine = engine_log_probs(tokens.labels, tokens.response_mask, ro.completions[:checked])
         mismatch, _, _ = check_rollouts(engine, tokens.response_mask, policy, None)
         warn(mismatch)
         line.update(mismatch)

@@ -202,6 +202,27 @@ def test_rrl_eval_with_a_real_engine(model_dir, tmp_path, engine):
     assert json.loads((out / "done.json").read_text())["eval_examples"] == 4
 
 
+def test_rrl_eval_gives_engine_kwargs_to_its_engine(model_dir, tmp_path, capsys):
+    """Setting engine_kwargs reaches the static engine (the trainers' evaluations sample with
+    their engine's options, so rrl eval draws theirs only with the same ones); an option the
+    engine does not take is named before any work, and vLLM's options are refused, naming the
+    settings that carry them."""
+    base = {"model_path": str(model_dir), "task": "arithmetic", "device": "cpu"}
+    options = {"max_batch_size": 8, "row_step": 4}
+    cfg = build_config(evaluate.EvalConfig, {**base, "engine": "static", "engine_kwargs": options})
+    engine = evaluate.build_engine(cfg)
+    assert (engine.max_batch_size, engine.row_step) == (8, 4)
+    sections = {"static": options, "hf": {"max_batch_size": 2}}
+    cfg = build_config(evaluate.EvalConfig, {**base, "engine": "hf", "engine_kwargs": sections})
+    assert evaluate.build_engine(cfg).max_batch_size == 2
+    argv = [*sets({**base, "engine": "static", "engine_kwargs": {"rows": 8}})]
+    assert evaluate.main([*argv, "--out", str(tmp_path / "r")]) == 2
+    assert "engine_kwargs" in capsys.readouterr().err and not (tmp_path / "r").exists()
+    cfg = dataclasses.replace(cfg, engine="vllm", engine_kwargs={"max_model_len": 64})
+    with pytest.raises(ConfigError, match="max_model_len, kv_cache_memory_bytes"):
+        evaluate.build_engine(cfg)
+
+
 def test_bad_eval_config_is_named(tmp_path, capsys):
     argv = ["--set", "model_path=x", "--set", "task=chess", "--out", str(tmp_path / "r")]
     assert evaluate.main(argv) == 2
@@ -455,6 +476,7 @@ def test_the_trainers_and_rrl_eval_share_the_evaluation_names_and_engine_default
         "stop",
         "seed",
         "engine",
+        "engine_kwargs",
     ):
         assert name in trainer and name in command, name
     assert trainer["engine"] == command["engine"] == "auto"

@@ -17,6 +17,7 @@ from micro_world import (
 )
 from transformers import AutoTokenizer
 
+from reasoning_core.runtime.errors import ConfigError
 from reasoning_core.runtime.evaluation import generations
 from reasoning_core.runtime.trainers import ei
 from reasoning_core.runtime.training import rollouts as sampling
@@ -151,3 +152,77 @@ def test_every_ei_train_line_carries_the_same_time_keys(world, tmp_path, monkeyp
     }
     assert all(r["time/train"] == 0.0 and r["time/rollout"] > 0.0 for r in rounds)
     assert all(r[k] == 0.0 and r["time/train"] > 0.0 for r in steps for k in rollout_keys)
+
+
+def test_ei_checks_the_first_logprob_check_rows_rollouts_and_trains_the_same(
+    world, tmp_path, monkeypatch
+):
+    """With ``logprob_check_rows`` 4 the check's forward scores the round's first 4 rollouts
+    only (the engine's own entropies serve ``rollout/entropy``), every update and loss is the
+    unsampled run's, and engine log-probs off by one nat show in the check exactly when they are in those rows; with an engine
+    that gives no entropies the forward scores every rollout, for the entropy."""
+    cfg = {**EI, **QUIET, "n_ei_steps": 1, "ei_batch_size": 4, "sampling_max_tokens": 8}
+    scripted_rollouts.install(monkeypatch)  # kept rollouts, so optimizer steps
+
+    def with_entropies(*args, **kwargs):  # the scripted answers carry none of their own
+        ro = sampling.sample_and_grade(*args, **kwargs)
+        ro.completions = [
+            c if c.entropies else dataclasses.replace(c, entropies=[0.0] * len(c.token_ids))
+            for c in ro.completions
+        ]
+        return ro
+
+    monkeypatch.setattr(ei, "sample_and_grade", with_entropies)
+    scored: list[int] = []
+
+    def forward(*args, **kwargs):
+        scored.append(args[1].rows)
+        return updates.score_rollouts(*args, **kwargs)
+
+    monkeypatch.setattr(ei, "score_rollouts", forward)
+    every = run_trainer(ei, cfg, world, tmp_path / "all")
+    sample = run_trainer(ei, {**cfg, "logprob_check_rows": 4}, world, tmp_path / "four")
+    assert scored == [16, 4]
+
+    def without(line: dict) -> dict:
+        return {k: v for k, v in line.items() if not k.startswith(("time/", "rollout/logprob"))}
+
+    assert [without(r) for r in sample] == [without(r) for r in every]
+    assert any("loss" in r for r in sample)
+    assert train_lines(sample)[0]["rollout/logprob_diff_mean"] < 1e-3
+
+    def shifted_from(first: int):  # engine log-probs 1 nat off from rollout `first` on
+        def sample(*args, **kwargs):
+            ro = with_entropies(*args, **kwargs)
+            ro.completions = [
+                c if i < first else dataclasses.replace(c, logprobs=[x - 1 for x in c.logprobs])
+                for i, c in enumerate(ro.completions)
+            ]
+            return ro
+
+        return sample
+
+    def first_diff(first: int, rows: int | None) -> float:
+        monkeypatch.setattr(ei, "sample_and_grade", shifted_from(first))
+        out = tmp_path / f"shift{first}-{rows}"
+        line = train_lines(run_trainer(ei, {**cfg, "logprob_check_rows": rows}, world, out))[0]
+        assert line["rollout/logprob_aligned"] > 0  # some re-tokenized tokens are compared
+        return line["rollout/logprob_diff_mean"]
+
+    assert first_diff(4, 4) < 1e-3  # rollouts 4 on are not checked
+    assert first_diff(4, None) > 0.1
+    assert first_diff(0, 4) == pytest.approx(1.0, abs=1e-3)
+
+    def without_entropies(*args, **kwargs):
+        ro = sampling.sample_and_grade(*args, **kwargs)
+        ro.completions = [dataclasses.replace(c, entropies=None) for c in ro.completions]
+        return ro
+
+    monkeypatch.setattr(ei, "sample_and_grade", without_entropies)
+    run_trainer(ei, {**cfg, "logprob_check_rows": 4}, world, tmp_path / "vllm-like")
+    assert scored[-1] == 16
+
+
+def test_ei_logprob_check_rows_must_be_positive():
+    with pytest.raises(ConfigError, match="logprob_check_rows"):
+        ei.EIConfig(logprob_check_rows=0).validate()
