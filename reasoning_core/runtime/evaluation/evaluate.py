@@ -71,6 +71,7 @@ from reasoning_core.runtime.training.settings import (
     check_env_settings,
     engine_options,
     env_choices,
+    per_engine_sections,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -207,14 +208,25 @@ class EvalConfig:
             self.sampling_params()
         except ValueError as exc:
             raise ConfigError(f"sampling settings: {exc}") from exc
+        self._validate_engine()
         self._validate_env()
         # The problems read at start: a missing data file is named before the model loads.
         setting = "data_path" if self.data_path else "eval_split"
         available_examples(setting, task, self.eval_split, self.data_path)
         check_model_folder(self.model_path)  # last: the cheap settings are named first
 
-    def _validate_env(self) -> None:
+    def _validate_engine(self) -> None:
         check_engine_settings(self.engine, self.engine_kwargs)
+        if self.engine == "vllm" or per_engine_sections(self.engine_kwargs):
+            options = engine_options(self.engine_kwargs, "vllm")
+            if options:
+                raise ConfigError(
+                    f"setting 'engine_kwargs' gives the vllm engine options {sorted(options)}: "
+                    "rrl eval takes vLLM's from the settings max_model_len, "
+                    "kv_cache_memory_bytes and gpu_memory_utilization"
+                )
+
+    def _validate_env(self) -> None:
         check_env_settings(self)
         if self.env != "single_turn" and self.chat_template:
             # The environment writes the prompt and reads every turn as plain text.
@@ -270,16 +282,9 @@ def build_engine(
     it (``rrl supplement-generate``, ``rrl safety-judge``) name themselves as ``command`` and
     may add options of the vLLM engine (``tensor_parallel_size``)."""
     kind = engine_kind(cfg)
-    options = engine_options(cfg.engine_kwargs, kind)
     if kind in ("hf", "static"):
         model, tokenizer = load_hf_model(cfg, command)
-        return make_engine(kind, model, tokenizer, **options)
-    if options:
-        raise ConfigError(
-            f"setting 'engine_kwargs' gives the vllm engine options {sorted(options)}: "
-            f"{command} takes vLLM's from the settings max_model_len, kv_cache_memory_bytes "
-            "and gpu_memory_utilization"
-        )
+        return make_engine(kind, model, tokenizer, **engine_options(cfg.engine_kwargs, kind))
     return make_engine(
         "vllm",
         cfg.model_path,

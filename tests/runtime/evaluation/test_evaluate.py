@@ -205,8 +205,8 @@ def test_rrl_eval_with_a_real_engine(model_dir, tmp_path, engine):
 def test_rrl_eval_gives_engine_kwargs_to_its_engine(model_dir, tmp_path, capsys):
     """Setting engine_kwargs reaches the static engine (the trainers' evaluations sample with
     their engine's options, so rrl eval draws theirs only with the same ones); an option the
-    engine does not take is named before any work, and vLLM's options are refused, naming the
-    settings that carry them."""
+    engine does not take is named before any work, and vLLM's options are refused before any
+    work too, naming the settings that carry them."""
     base = {"model_path": str(model_dir), "task": "arithmetic", "device": "cpu"}
     options = {"max_batch_size": 8, "row_step": 4}
     cfg = build_config(evaluate.EvalConfig, {**base, "engine": "static", "engine_kwargs": options})
@@ -218,9 +218,11 @@ def test_rrl_eval_gives_engine_kwargs_to_its_engine(model_dir, tmp_path, capsys)
     argv = [*sets({**base, "engine": "static", "engine_kwargs": {"rows": 8}})]
     assert evaluate.main([*argv, "--out", str(tmp_path / "r")]) == 2
     assert "engine_kwargs" in capsys.readouterr().err and not (tmp_path / "r").exists()
-    cfg = dataclasses.replace(cfg, engine="vllm", engine_kwargs={"max_model_len": 64})
-    with pytest.raises(ConfigError, match="max_model_len, kv_cache_memory_bytes"):
-        evaluate.build_engine(cfg)
+    for engine, given in (("vllm", {"max_model_len": 64}), ("static", {"vllm": {"seed": 1}})):
+        argv = [*sets({**base, "engine": engine, "engine_kwargs": given})]
+        assert evaluate.main([*argv, "--out", str(tmp_path / "v")]) == 2
+        assert "max_model_len, kv_cache_memory_bytes" in capsys.readouterr().err
+        assert not (tmp_path / "v").exists()
 
 
 def test_bad_eval_config_is_named(tmp_path, capsys):

@@ -159,8 +159,9 @@ def test_ei_checks_the_first_logprob_check_rows_rollouts_and_trains_the_same(
 ):
     """With ``logprob_check_rows`` 4 the check's forward scores the round's first 4 rollouts
     only (the engine's own entropies serve ``rollout/entropy``), every update and loss is the
-    unsampled run's, and engine log-probs off by one nat show in the check exactly when they are in those rows; with an engine
-    that gives no entropies the forward scores every rollout, for the entropy."""
+    unsampled run's, and engine log-probs off by one nat show in the check exactly when they
+    are in those rows; with an engine that gives no entropies the forward scores every
+    rollout, for the entropy."""
     cfg = {**EI, **QUIET, "n_ei_steps": 1, "ei_batch_size": 4, "sampling_max_tokens": 8}
     scripted_rollouts.install(monkeypatch)  # kept rollouts, so optimizer steps
 

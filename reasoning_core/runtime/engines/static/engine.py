@@ -49,9 +49,8 @@ class StaticEngine(DeviceMixin, TextMixin):
             bucket that holds them: powers of two, and with ``row_step`` every multiple of it
             too (eager steps only: with CUDA graphs each size is a captured graph). Default
             None, powers of two only: finer buckets change which uniforms a row draws after a
-            compaction, so runs sampled with another setting draw other samples than their
-            committed results; 8 gave GRPO rollout batches 1.08x the tokens/s on the tiny
-            world, whole runs about 1.05x, and the default study sets it.
+            compaction, so sampled runs would no longer repeat the committed studies; 8 gave
+            GRPO rollout batches 1.08x the tokens/s on the tiny world, whole runs about 1.05x.
     """
 
     def __init__(
