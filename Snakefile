@@ -31,6 +31,11 @@ if config.get("model_path") == "null":
     config["model_path"] = None
 
 
+# `--config job_server=false` arrives as text too.
+if config.get("job_server") in ("true", "false"):
+    config["job_server"] = config["job_server"] == "true"
+
+
 validate(config, "workflow/schemas/config.schema.yaml")
 
 

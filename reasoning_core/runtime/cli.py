@@ -12,6 +12,10 @@ traceback.
 Under ``torchrun`` (``WORLD_SIZE`` above 1) only the trainers run; each checks that its
 settings split over the processes (docs/gpu.md, "Several GPUs"). Any other command refuses,
 rather than run as many copies of itself into one folder.
+
+With ``RRL_JOB_SERVER`` naming a running ``rrl job-server``'s socket (a local study's workflow
+sets it), the commands that import torch run in a process forked from that server instead of
+this one (:mod:`reasoning_core.runtime.job_server`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import sys
 
 from reasoning_core.runtime.commands import COMMANDS
 from reasoning_core.runtime.errors import ConfigError, StateError
+from reasoning_core.runtime.job_server import ENV as JOB_SERVER_ENV
+from reasoning_core.runtime.job_server import SERVED
 
 # The commands that run as one run over several processes (or refuse in their own words).
 TORCHRUN_COMMANDS = {"sft", "instruction-sft", "ei", "grpo", "dpo"}
@@ -53,6 +59,17 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
         return 2
+    if name == "job-server":  # each job it serves runs this function
+        from reasoning_core.runtime import job_server
+
+        return job_server.main(rest, run=main)
+    server = os.environ.get(JOB_SERVER_ENV)
+    if server and name in SERVED and world in ("", "0", "1"):
+        from reasoning_core.runtime.job_server import run_via_server
+
+        status = run_via_server(server, argv)
+        if status is not None:
+            return status
     module = importlib.import_module(COMMANDS[name].module)
     entry = getattr(module, "main_" + name.replace("-", "_"), None) or module.main
     try:

@@ -66,6 +66,9 @@ COMMANDS: dict[str, Command] = {
     "sft-data": Command("envs.sft_data", "build r1_zero SFT examples from a task's own solutions"),
     "gpu-check": Command(f"{_R}.gpu_check", "prepared GPU readiness check"),
     "docs": Command(f"{_R}.settings.docs", "write docs/configuration.md from the code"),
+    "job-server": Command(
+        f"{_R}.job_server", "serve a local study's rrl jobs from one warm process"
+    ),
 }
 
 

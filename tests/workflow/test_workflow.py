@@ -388,6 +388,19 @@ def test_smoke_workflow_runs_end_to_end(tmp_path):
     print(f"smoke workflow: {seconds:.0f} s")
     results = tmp_path / "results" / "smoke"
 
+    # The smoke configuration sets job_server: every training and evaluation job forked from
+    # the one `rrl job-server`, which stopped with snakemake (its socket folder removed).
+    log = (tmp_path / ".snakemake/log/rrl-job-server.log").read_text().splitlines()
+    socket_path = Path(
+        next(line for line in log if " serving at " in line).split(" serving at ")[1]
+    )
+    commands = [line.split(": rrl ", 1)[1].split()[0] for line in log if ": rrl " in line]
+    assert "does not answer" not in result.stderr
+    # one job for each folder with a done.json: the base, every run, the DPO pair jobs
+    assert len(commands) == len(list(results.rglob("done.json"))), commands
+    assert {"tiny-world", "eval", "sft", "ei", "grpo", "dpo"} <= set(commands), commands
+    assert not socket_path.parent.exists()
+
     # Every planned run finished and left the run-folder files of docs/contract.md; every run in its seed
     # folder (smoke: seed 0 only), zero-shot included; the base model once.
     # The dpo_pairs jobs' folders hold sampled pairs, not runs (no metrics.jsonl).

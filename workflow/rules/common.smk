@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import posixpath
 import re
 import shlex
@@ -64,6 +65,72 @@ shell.prefix(
     "set -euo pipefail; command -v rrl >/dev/null || "
     f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH; "
 )
+
+
+# `job_server: true`: the rrl jobs of a local run fork from one warm `rrl job-server`, started
+# here before the first job and stopped after the last (or when snakemake is gone: the server
+# exits once its parent does). `rrl` finds it through RRL_JOB_SERVER, which the jobs inherit;
+# a job whose server does not answer runs in a process of its own.
+JOB_SERVER = {}
+JOB_SERVER_ENV = "RRL_JOB_SERVER"  # what `rrl` reads; set here, for the jobs, not read
+
+
+def start_job_server():
+    if not config.get("job_server") or not workflow.local_exec or GPUS:
+        return
+    import shutil
+    import subprocess
+    import tempfile
+    import time
+
+    rrl = shutil.which("rrl") or str(Path(sys.executable).parent / "rrl")
+    folder = Path(tempfile.mkdtemp(prefix="rrl-jobs-"))
+    socket_path = folder / "socket"
+    log_path = Path(".snakemake") / "log" / "rrl-job-server.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            [rrl, "job-server", "--socket", str(socket_path), "--parent", str(os.getpid())],
+            stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    deadline = time.monotonic() + 180
+    while not socket_path.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if not socket_path.exists():
+        process.terminate()
+        print(
+            f"rrl job server did not start (see {log_path}); every job starts its own process",
+            file=sys.stderr,
+        )
+        return
+    os.environ[JOB_SERVER_ENV] = str(socket_path)
+    JOB_SERVER.update(process=process, folder=folder)
+
+
+def stop_job_server():
+    import shutil
+
+    process = JOB_SERVER.pop("process", None)
+    if process is not None:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except Exception:
+            process.kill()
+        os.environ.pop(JOB_SERVER_ENV, None)
+        shutil.rmtree(JOB_SERVER.pop("folder"), ignore_errors=True)
+
+
+onstart:
+    start_job_server()
+
+
+onsuccess:
+    stop_job_server()
+
+
+onerror:
+    stop_job_server()
 
 
 def training_launcher(gpus, nodes):
