@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -41,6 +42,7 @@ import shlex
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -151,6 +153,11 @@ def serve(
     the server, is gone."""
     for module in preload:
         importlib.import_module(module)
+    # The imported objects go to the collector's permanent generation: a job's collections
+    # then skip them instead of writing to every inherited page (each write copies a page the
+    # job shares with the server, which made a forked evaluation's sampling 1.1x slower).
+    gc.collect()
+    gc.freeze()
     if threading.active_count() != 1:
         names = [t.name for t in threading.enumerate()]
         raise RuntimeError(f"job server: threads running after the imports ({names}); cannot fork")
@@ -161,7 +168,9 @@ def serve(
     listener.listen(64)
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} serving at {path}", flush=True)
     stopping = []
+    # SIGTERM, or SIGINT (Ctrl-C reaches the whole process group): stop serving, quietly.
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     try:
         while not stopping and (parent is None or _alive(parent)):
@@ -204,7 +213,11 @@ def _accept(conn: socket.socket, listener: socket.socket, main) -> None:
         listener.close()
         status = _run_job(conn, fds, request, main)
         # What the interpreter does at exit, without unwinding into the server's loop
-        # (whose cleanup would remove its socket).
+        # (whose cleanup would remove its socket): wait for the job's own threads, then run
+        # its exit handlers.
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and not thread.daemon:
+                thread.join()
         atexit._run_exitfuncs()
         os._exit(status)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -220,6 +233,7 @@ def _run_job(conn: socket.socket, fds: list[int], request: dict, main) -> int:
         _send(conn, {"pid": os.getpid()})
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -229,6 +243,7 @@ def _run_job(conn: socket.socket, fds: list[int], request: dict, main) -> int:
     os.environ.clear()
     os.environ.update(request["env"])
     os.environ.pop(ENV, None)  # the job runs here; commands it starts run in their own process
+    tempfile.tempdir = None  # found again from this environment's TMPDIR at its next use
     argv = list(request["argv"])
     sys.argv = ["rrl", *argv]
     finished = threading.Event()

@@ -145,6 +145,12 @@ def test_default_study_plan_shares_the_control_and_runs_two_jobs_at_once(tmp_pat
     assert heavy and all(j.get("threads", "1") == "2" for j in heavy), heavy
 
 
+def test_job_server_is_switched_off_from_the_command_line(tmp_path):
+    """`--config job_server=false` arrives as text; the plan reads it as the boolean."""
+    result = snakemake("-n", "--config", "job_server=false", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr + result.stdout
+
+
 def test_leaderboard_seed_starts_from_the_same_sft_seed(tmp_path):
     """Seed N of the leaderboard recipe starts from seed N of its SFT run; the seed reaches
     every training and zero-shot command as --set seed=N, after the run's own settings."""
@@ -187,6 +193,7 @@ def test_leaderboard_seed_starts_from_the_same_sft_seed(tmp_path):
         (["seeds=[0, 0]"], "seeds"),
         (["seeds=[-1]"], "seeds"),
         (["threads_per_job=0"], "threads_per_job"),
+        (["job_server=sometimes"], "job_server"),
         (["settings={grpo: {seed: 3}}"], "setting 'settings.grpo.seed': runs take"),
         (["settings={eval: {seed: 3}}"], "setting 'settings.eval.seed': runs take"),
         (
