@@ -24,10 +24,9 @@ import importlib
 import os
 import sys
 
+from reasoning_core.runtime import job_server
 from reasoning_core.runtime.commands import COMMANDS
 from reasoning_core.runtime.errors import ConfigError, StateError
-from reasoning_core.runtime.job_server import ENV as JOB_SERVER_ENV
-from reasoning_core.runtime.job_server import SERVED
 
 # The commands that run as one run over several processes (or refuse in their own words).
 TORCHRUN_COMMANDS = {"sft", "instruction-sft", "ei", "grpo", "dpo"}
@@ -60,14 +59,10 @@ def main(argv: list[str] | None = None) -> int:
             )
         return 2
     if name == "job-server":  # each job it serves runs this function
-        from reasoning_core.runtime import job_server
-
         return job_server.main(rest, run=main)
-    server = os.environ.get(JOB_SERVER_ENV)
-    if server and name in SERVED and world in ("", "0", "1"):
-        from reasoning_core.runtime.job_server import run_via_server
-
-        status = run_via_server(server, argv)
+    server = os.environ.get(job_server.ENV)
+    if server and name in job_server.SERVED and world in ("", "0", "1"):
+        status = job_server.run_via_server(server, argv)
         if status is not None:
             return status
     module = importlib.import_module(COMMANDS[name].module)

@@ -16,8 +16,8 @@ variable is unset or the server does not answer (with a note on stderr), under `
 and for every other command.
 
 The requesting ``rrl`` stays the job's process for whoever started it: it forwards SIGTERM,
-SIGINT and SIGHUP to the child and exits with the child's status (1 with a message if the child
-died without one). A child whose requester disappears (killed with SIGKILL) is sent SIGTERM.
+SIGINT and SIGHUP to the child and exits with the child's status (128 + the signal when one it
+forwarded ended the child, 1 with a message when the child died without a status otherwise). A child whose requester disappears (killed with SIGKILL) is sent SIGTERM.
 What snakemake's ``benchmark:`` files measure besides wall time (memory, CPU seconds) is the
 requester's, not the child's: a study that reports memory sets ``job_server: false``.
 
@@ -251,7 +251,11 @@ def _run_job(conn: socket.socket, fds: list[int], request: dict, main) -> int:
     try:
         status = main(argv)
     except SystemExit as exc:
-        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if isinstance(exc.code, int) or exc.code is None:
+            status = exc.code or 0
+        else:  # sys.exit("message"): printed, status 1, as the interpreter does
+            print(exc.code, file=sys.stderr)
+            status = 1
     except BaseException as exc:  # as a process of its own: the traceback, then its status
         import traceback
 

@@ -42,6 +42,8 @@ STAND_IN = textwrap.dedent(
         time.sleep(float(seconds))
         if status == "raise":
             raise RuntimeError("a bug in the job")
+        if status == "exit-message":
+            sys.exit("the job's own message")
         return int(status)
 
     parent = int(sys.argv[2]) if len(sys.argv) > 2 else None
@@ -117,6 +119,16 @@ def test_a_jobs_bug_prints_its_traceback_to_the_requester_and_fails(stand_in, tm
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 1
     assert b"RuntimeError: a bug in the job" in stderr and b"Traceback" in stderr
+
+
+def test_a_jobs_exit_with_a_message_prints_it_and_fails_as_the_interpreter_does(stand_in, tmp_path):
+    socket_path, _ = stand_in
+    proc = request(
+        socket_path, "seen.json", "0", "exit-message", cwd=tmp_path, stderr=subprocess.PIPE
+    )
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert stderr.decode().endswith("to stderr\nthe job's own message\n")
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
