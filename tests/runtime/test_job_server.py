@@ -156,6 +156,56 @@ def test_a_killed_requesters_job_is_stopped(stand_in, tmp_path):
     assert server.poll() is None
 
 
+# A server that preloads torch; its job writes torch's thread count to the file it names.
+THREADS_STAND_IN = textwrap.dedent(
+    """
+    import sys
+    from reasoning_core.runtime.job_server import serve
+
+    def job(argv):
+        import torch
+        with open(argv[0], "w") as f:
+            f.write(str(torch.get_num_threads()))
+        return 0
+
+    sys.exit(serve(sys.argv[1], job, parent=int(sys.argv[2]), preload=("torch",)))
+    """
+)
+
+
+def test_a_served_job_starts_with_the_torch_threads_a_process_of_its_own_would(tmp_path):
+    """torch reads OMP_NUM_THREADS and MKL_NUM_THREADS once, when it loads: a job forked from a
+    server that loaded torch (whose own environment asks for one thread) starts with the count
+    a new process started with the job's environment has."""
+    socket_path = tmp_path / "s"
+    server = subprocess.Popen(
+        [sys.executable, "-c", THREADS_STAND_IN, str(socket_path), str(os.getpid())], env=ENV_BASE
+    )
+    code = "import sys; from reasoning_core.runtime.job_server import run_via_server; "
+    code += "sys.exit(run_via_server(sys.argv[1], sys.argv[2:]))"
+    without = {k: v for k, v in ENV_BASE.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    cases = [{}, {"OMP_NUM_THREADS": "2"}, {"OMP_NUM_THREADS": "1"}]
+    cases.append({"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "1"})
+    try:
+        assert wait_for(socket_path.exists, 60), "the server did not start"
+        for i, extra in enumerate(cases):
+            env = {**without, **extra}
+            fresh = subprocess.run(
+                [sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                env=env, capture_output=True, text=True, check=True,
+            ).stdout.strip()  # fmt: skip
+            out = tmp_path / f"threads{i}.txt"
+            served = subprocess.run(
+                [sys.executable, "-c", code, str(socket_path), str(out)],
+                env={**env, ENV: str(socket_path)}, timeout=60,
+            )  # fmt: skip
+            assert served.returncode == 0
+            assert out.read_text() == fresh, extra
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def test_the_server_stops_with_its_parent_and_removes_its_socket(tmp_path):
     socket_path = tmp_path / "s"
     # The shell starts the server and waits for it; killing the shell leaves it an orphan.
