@@ -33,8 +33,11 @@ files or being written by another process, a
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import importlib.metadata
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -145,6 +148,34 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
+@contextlib.contextmanager
+def _one_reading() -> Any:
+    """Parse each GGUF file once while the block runs. ``transformers`` builds a fresh
+    ``gguf.GGUFReader`` for the tokenizer, the config and the weights, and the header check is a
+    fourth; the reader parses every metadata field item by item through numpy (the 49,152-token
+    vocabulary and its merges are about a million reads), which was most of an import. It also
+    rebuilds gguf's tensor-name table once per submodule (hundreds of times for one model).
+    Both are read-only, so within the block one reader per file (and mode) and one table per
+    architecture and depth serve every caller; the originals are back when the block ends."""
+    import gguf
+
+    make_reader, make_name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict[tuple[str, str], Any] = {}
+
+    def reader(path: Any, mode: str = "r") -> Any:
+        key = (os.path.realpath(os.fspath(path)), mode)
+        if key not in readers:
+            readers[key] = make_reader(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = reader
+    gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(make_name_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = make_reader, make_name_map
+
+
 def _load(path: Path, dtype: str) -> tuple[Any, Any]:
     """The float model and the tokenizer that ``transformers`` reads from the GGUF file, the
     model rebuilt from a config without ``quantization_config`` (a model loaded from GGUF keeps
@@ -251,8 +282,9 @@ def _finished_import(out: Path) -> dict[str, Any] | None:
 
 def _convert(src: Path, out: Path, dtype: str, package: str | None) -> dict[str, Any]:
     _require_gguf_packages()
-    header = gguf_header(src)
-    model, tokenizer = _load(src, dtype)
+    with _one_reading():
+        header = gguf_header(src)
+        model, tokenizer = _load(src, dtype)
     tmp = temporary_folder(out / ".import")
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)

