@@ -1,7 +1,7 @@
 """``rrl`` with the stand-in grader :func:`micro_world.fake_grade`, as a script: what the
-distributed tests start under ``torchrun`` (and alone, for the one-process reference), so that
-runs from the barely trained micro world have groups with different rewards (the real grader
-scores its outputs 0, and every update would be zero).
+distributed tests start under ``torchrun`` (their one-process reference runs in the test's own
+process with the same grader), so that runs from the barely trained micro world have groups
+with different rewards (the real grader scores its outputs 0, and every update would be zero).
 
     PYTHONPATH=$PWD:$PWD/tests/helpers python tests/helpers/graded_rrl.py grpo --set ... --out DIR
     torchrun --standalone --nproc_per_node 2 tests/helpers/graded_rrl.py grpo --set ... --out DIR

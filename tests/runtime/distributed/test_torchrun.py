@@ -1,9 +1,10 @@
 """Runs under ``torchrun`` on 2 CPU processes (gloo) against the same run in one process.
 
-Each test starts the micro world's trainers through ``tests/helpers/graded_rrl.py`` (``rrl``
-with the stand-in grader ``fake_grade``, so groups have different rewards and every update is
-non-zero), once alone and once under ``torchrun --nproc_per_node 2``, with the same global
-batch, and compares ``metrics.jsonl`` apart from ``time/`` and the final weights.
+Each test runs the micro world's trainers with the stand-in grader ``fake_grade`` (so groups
+have different rewards and every update is non-zero) once in the test's own process and once
+under ``torchrun --nproc_per_node 2`` through ``tests/helpers/graded_rrl.py`` (``rrl`` with that
+grader), with the same global batch, and compares ``metrics.jsonl`` apart from ``time/`` and
+the final weights.
 
 Tolerance (:data:`RTOL`, :data:`ATOL`). The two runs compute the same sums in another order:
 rank r accumulates its own micro batches and the ranks' gradients are added after (with FSDP2,
@@ -38,11 +39,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from micro_world import COMMON, EI, GRPO, SFT, write_addition_pairs
+from micro_world import COMMON, EI, GRPO, SFT, fake_grade, write_addition_pairs
 from project_root import ROOT
 from safetensors.torch import load_file
 
+from reasoning_core.runtime.cli import main
 from reasoning_core.runtime.run.metrics import read_metrics, without_time
+from reasoning_core.runtime.training import rollouts
 
 pytestmark = pytest.mark.slow
 
@@ -89,8 +92,17 @@ def launch(command: str, cfg: dict, world: Path, out: Path, *, nproc: int = 1, e
 
 
 def run(command: str, cfg: dict, world: Path, out: Path, *, nproc: int = 1) -> list[dict]:
-    done = launch(command, cfg, world, out, nproc=nproc)
-    assert done.returncode == 0, done.stderr[-3000:]
+    """The run's metrics (apart from ``time/``): ``nproc`` 1 in this test's own process (a
+    fresh interpreter's start and imports were most of a micro run's time), more under
+    torchrun; both with the stand-in grader."""
+    if nproc == 1:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(rollouts, "grade", fake_grade)  # as graded_rrl.py does
+            argv = [command, *sets({**cfg, "model_path": str(world)}), "--out", str(out)]
+            assert main(argv) == 0
+    else:
+        done = launch(command, cfg, world, out, nproc=nproc)
+        assert done.returncode == 0, done.stderr[-3000:]
     return without_time(read_metrics(out / "metrics.jsonl"))
 
 
