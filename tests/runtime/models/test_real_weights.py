@@ -9,7 +9,7 @@ converted once by ``import_gguf``, then checked as every command will see it.
 - the Hugging Face and static engines agree on real weights: same tokens, log-probs within
   1e-4 (measured: 2e-5 at most).
 
-Marked ``real`` (about two minutes on one thread, most of it the conversion); tests/conftest.py
+Marked ``real`` (under a minute on one thread, about 19 s of it the conversion); tests/conftest.py
 skips it only when the wheel or the ``gguf`` package is absent, which ``.ci/install`` installs.
 """
 
