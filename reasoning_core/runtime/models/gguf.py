@@ -153,7 +153,7 @@ def _one_reading() -> Any:
     """Parse each GGUF file once while the block runs. ``transformers`` builds a fresh
     ``gguf.GGUFReader`` for the tokenizer, the config and the weights, and the header check is a
     fourth; the reader parses every metadata field item by item through numpy (the 49,152-token
-    vocabulary and its merges are about a million reads), which was most of an import. It also
+    vocabulary and its merges are over a million reads), which was half of an import. It also
     rebuilds gguf's tensor-name table once per submodule (hundreds of times for one model).
     Both are read-only, so within the block one reader per file (and mode) and one table per
     architecture and depth serve every caller; the originals are back when the block ends."""
