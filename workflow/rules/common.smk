@@ -76,10 +76,8 @@ JOB_SERVER_ENV = "RRL_JOB_SERVER"  # what `rrl` reads; set here, for the jobs, n
 
 
 def start_job_server():
-    # Linux only: forking a process that has loaded torch is not safe on macOS.
-    if not config.get("job_server") or not workflow.local_exec or GPUS:
-        return
-    if sys.platform != "linux":
+    # Local CPU runs on Linux only: forking a process that has loaded torch is not safe on macOS.
+    if not config.get("job_server") or not workflow.local_exec or GPUS or sys.platform != "linux":
         return
     import shutil
     import subprocess

@@ -40,6 +40,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -149,7 +150,7 @@ def _versions() -> dict[str, str | None]:
 
 
 @contextlib.contextmanager
-def _one_reading() -> Any:
+def _one_reading() -> Iterator[None]:
     """Parse each GGUF file once while the block runs. ``transformers`` builds a fresh
     ``gguf.GGUFReader`` for the tokenizer, the config and the weights, and the header check is a
     fourth; the reader parses every metadata field item by item through numpy (the 49,152-token

@@ -78,11 +78,10 @@ def sets(values: dict) -> list[str]:
     return [a for k, v in values.items() for a in ("--set", f"{k}={json.dumps(v)}")]
 
 
-def launch(command: str, cfg: dict, world: Path, out: Path, *, nproc: int = 1, env=None):
-    """``rrl <command>`` with the stand-in grader, alone (``nproc`` 1) or under torchrun."""
+def launch(command: str, cfg: dict, world: Path, out: Path, *, nproc: int = 2, env=None):
+    """``rrl <command>`` with the stand-in grader under torchrun on ``nproc`` processes."""
     argv = [str(SCRIPT), command, *sets({**cfg, "model_path": str(world)}), "--out", str(out)]
-    if nproc > 1:
-        argv = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *argv]
+    argv = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *argv]
     environ = {**os.environ, **(env or {})}
     paths = [str(ROOT), str(ROOT / "tests" / "helpers"), environ.get("PYTHONPATH")]
     environ["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
