@@ -84,13 +84,14 @@ def run_via_server(path: str, argv: list[str]) -> int | None:
         conn.close()
         print(f"rrl: job server {path} does not answer ({exc}); running here", file=sys.stderr)
         return None
-    request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}
+    request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "code": _code()}
     with conn:
         socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
         reader = _Lines(conn)
         started = reader.next()
         if started is None or "pid" not in started:  # nothing started there
-            print(f"rrl: job server {path} refused the job ({started}); running here",
+            why = (started or {}).get("error", "no answer")
+            print(f"rrl: job server {path} refused the job ({why}); running here",
                   file=sys.stderr)  # fmt: skip
             return None
         child = int(started["pid"])
@@ -138,6 +139,16 @@ class _Lines:
             self.buffer += data
         line, _, self.buffer = self.buffer.partition(b"\n")
         return json.loads(line)
+
+
+def _code() -> dict[str, str]:
+    """Which code a job would run: this ``reasoning_core`` package's folder and the Python
+    environment (``sys.prefix``). A forked job runs the server's modules, not the ones the
+    requester's ``PYTHONPATH`` or working directory would import, so a server takes only
+    requests whose code is its own: a benchmark that runs another commit's tree, or another
+    virtual environment, with the variable still set then runs that code itself."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return {"package": os.path.realpath(package), "python": os.path.realpath(sys.prefix)}
 
 
 def _send(conn: socket.socket, message: dict) -> None:
@@ -214,6 +225,10 @@ def _accept(conn: socket.socket, listener: socket.socket, main) -> None:
         request = json.loads(message)
         if len(fds) != 3:
             raise ValueError(f"expected 3 standard streams, got {len(fds)}")
+        if request.get("code") != _code():
+            raise ValueError(
+                f"it serves the code {_code()}, the request runs {request.get('code')}"
+            )
     except (OSError, ValueError) as exc:
         for fd in fds:
             os.close(fd)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -84,10 +85,12 @@ def stand_in(tmp_path):
     server.wait(timeout=30)
 
 
-def request(socket_path: Path, *argv: str, cwd: Path, **popen) -> subprocess.Popen:
+def request(
+    socket_path: Path, *argv: str, cwd: Path, env_extra: dict | None = None, **popen
+) -> subprocess.Popen:
     """``rrl <argv>`` with the server at ``socket_path`` (the stand-in takes any command name
     that ``rrl`` sends it: ``eval`` is one)."""
-    env = {**ENV_BASE, ENV: str(socket_path), "MARK": "from the requester"}
+    env = {**ENV_BASE, ENV: str(socket_path), "MARK": "from the requester", **(env_extra or {})}
     code = "import sys; from reasoning_core.runtime.job_server import run_via_server; "
     code += "s = run_via_server(sys.argv[1], sys.argv[2:]); sys.exit(99 if s is None else s)"
     return subprocess.Popen(
@@ -111,6 +114,28 @@ def test_a_served_job_has_the_requesters_streams_folder_environment_and_status(s
     assert seen["argv"] == ["rrl", "seen.json", "0", "3"]
     assert seen["server_env"] is None  # commands the job starts run in processes of their own
     assert seen["ppid"] == server.pid and seen["pid"] != proc.pid
+
+
+def test_a_request_from_another_code_tree_is_refused_and_runs_where_it_was_made(stand_in, tmp_path):
+    """A forked job would run the server's modules whatever the requester imports: a requester
+    whose reasoning_core is another copy (another commit's tree on its PYTHONPATH, as
+    tools/ab_commits.py runs) is refused, and its rrl runs the command itself."""
+    socket_path, _ = stand_in
+    other = tmp_path / "other"
+    shutil.copytree(
+        ROOT / "reasoning_core", other / "reasoning_core",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )  # fmt: skip
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = request(
+        socket_path, "seen.json", "0", "3", cwd=work, stderr=subprocess.PIPE, text=True,
+        env_extra={"PYTHONPATH": str(other)},
+    )  # fmt: skip
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 99, err  # run_via_server answered None: not served
+    assert "refused the job (it serves the code" in err and str(other) in err, err
+    assert not (work / "seen.json").exists()
 
 
 def test_a_jobs_bug_prints_its_traceback_to_the_requester_and_fails(stand_in, tmp_path):
