@@ -1,7 +1,7 @@
 """Where a tiny-world GRPO run and a 512-problem evaluation spend their time on one CPU thread,
 each phase against its floor; and the static engine's decoding against an older commit's.
 
-Parts (``--parts``, all three by default):
+Parts (``--parts``, the first three by default):
 
 * ``profile``: one short GRPO run (the committed study config
   ``results/default/grpo/default/seed~0/config.yaml``, ``--grpo-steps`` steps, its own evaluation
@@ -40,6 +40,14 @@ Parts (``--parts``, all three by default):
   without faster products. With ``--compile``, also the step under ``torch.compile`` (the
   engine's ``compile: true``), its first call's seconds included.
 
+* ``blas``: the decode step's projections and LM head alone (each layer's q, k, v, o, gate, up
+  and down products at ``--rows`` rows, the model's own weight shapes) through three float32
+  matrix-product libraries on one thread: MKL (torch's ``F.linear``), oneDNN (torch's
+  ``mkldnn_linear`` on tensors converted to its layout once) and numpy's BLAS (OpenBLAS in
+  numpy's wheels). Milliseconds per step's products and GFLOP/s, the best of three medians,
+  and each library's largest difference from torch's result: whether another library would
+  give a faster decode step on this CPU.
+
 ``--tiny`` shrinks the parts (8 problems, one GRPO step of 8 rollouts, one pair; 5 timed steps
 and a 16 MB read) for the tests.
 """
@@ -61,13 +69,15 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy's BLAS, for the blas part
 
 import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "workflow" / "resources" / "tiny_world"
 GRPO_CONFIG = ROOT / "results" / "default" / "grpo" / "default" / "seed~0" / "config.yaml"
-PARTS = ("profile", "decode", "step")
+PARTS = ("profile", "decode", "step", "blas")
+DEFAULT_PARTS = PARTS[:3]
 BASE = "c5a3f4f"  # the static engine before its fused CPU decode step
 
 
@@ -537,13 +547,63 @@ def step_part(args: argparse.Namespace, model: Path) -> None:
         )
 
 
+def blas_part(args: argparse.Namespace, model: Path) -> None:
+    import numpy as np
+    from transformers import AutoConfig
+
+    torch.set_num_threads(1)
+    rows, reps = args.rows[0], 5 if args.tiny else 200
+    shape = Shape(AutoConfig.from_pretrained(model))
+    q, kv = shape.heads * shape.dim, shape.kv_heads * shape.dim
+    # (in, out) of each product of one decode step: per layer, then the LM head
+    layer = [(shape.hidden, q), (shape.hidden, kv), (shape.hidden, kv), (q, shape.hidden)]
+    layer += [(shape.hidden, shape.inter)] * 2 + [(shape.inter, shape.hidden)]
+    products = layer * shape.layers + [(shape.hidden, shape.vocab)]
+    gen = torch.Generator().manual_seed(0)
+    pairs = [
+        (torch.randn(rows, i, generator=gen), torch.randn(o, i, generator=gen)) for i, o in products
+    ]
+    flops = sum(2 * rows * i * o for i, o in products)
+    dnn = [(x.to_mkldnn(), w.to_mkldnn()) for x, w in pairs]
+    host = [(x.numpy(), w.t().contiguous().numpy()) for x, w in pairs]
+    libraries: dict[str, tuple[Callable[[], Any], Callable[[], list[torch.Tensor]]]] = {
+        "MKL (torch F.linear)": (
+            lambda: [torch.nn.functional.linear(x, w) for x, w in pairs],
+            lambda: [torch.nn.functional.linear(x, w) for x, w in pairs],
+        ),
+        "oneDNN (mkldnn_linear)": (
+            lambda: [torch._C._nn.mkldnn_linear(x, w, None) for x, w in dnn],
+            lambda: [torch._C._nn.mkldnn_linear(x, w, None).to_dense() for x, w in dnn],
+        ),
+        "numpy's BLAS (matmul)": (
+            lambda: [x @ w for x, w in host],
+            lambda: [torch.from_numpy(x @ w) for x, w in host],
+        ),
+    }
+    print(
+        f"\ndecode step's {len(products)} projections and LM head at {rows} rows, one thread "
+        f"({flops / 1e6:.0f} MFLOP a step); numpy {np.__version__}"
+    )
+    print(f"{'library':24s} {'ms a step':>10s} {'GFLOP/s':>8s} {'vs MKL':>7s} {'max diff':>9s}")
+    reference = libraries["MKL (torch F.linear)"][1]()
+    base = None
+    for name, (run, results) in libraries.items():
+        seconds = min(median_seconds(run, reps) for _ in range(3))
+        base = base or seconds
+        diff = max(float((a - b).abs().max()) for a, b in zip(reference, results(), strict=True))
+        print(
+            f"{name:24s} {1e3 * seconds:10.3f} {flops / seconds / 1e9:8.1f} "
+            f"{base / seconds:7.2f} {diff:9.1e}"
+        )
+
+
 # The tiny mode's GRPO: one step of 8 rollouts in groups of 4, 8 new tokens.
 TINY_GRPO = dict(rollout_batch_size=8, group_size=4, train_batch_size=8, sampling_max_tokens=8)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default=",".join(PARTS))
+    parser.add_argument("--parts", default=",".join(DEFAULT_PARTS), help=f"any of {PARTS}")
     parser.add_argument("--model", default=str(MODEL), help="tiny-world model folder")
     parser.add_argument("--out", default=None, help="run folder (default: a temporary one)")
     parser.add_argument("--grpo-steps", type=int, default=5)
@@ -585,6 +645,8 @@ def main(argv: list[str] | None = None) -> int:
             decode_part(args, Path(args.model), out)
         if "step" in parts:
             step_part(args, Path(args.model))
+        if "blas" in parts:
+            blas_part(args, Path(args.model))
     return 0
 
 

@@ -93,3 +93,23 @@ def test_step_part_prints_the_step_against_both_floors(tmp_path, capsys):
     # the span; the products' floor grows only by the attention's FLOPs
     assert rows[48][3] == pytest.approx(3 * rows[16][3], rel=0.1, abs=0.02)
     assert rows[16][2] <= rows[48][2] < 1.5 * rows[16][2]
+
+
+def test_blas_part_times_the_step_products_in_three_libraries(tmp_path, capsys):
+    assert profile_cpu().main(["--tiny", "--parts", "blas", "--rows", "16"]) == 0
+    out = capsys.readouterr().out
+    # the tiny world: 4 layers of 7 projections, and the LM head
+    flops = 2 * 16 * 4 * (128 * (128 + 2 * 64) + 128 * 128 + 3 * 128 * 512) + 2 * 16 * 128 * 512
+    head = re.search(r"29 projections and LM head at 16 rows, one thread \((\d+) MFLOP", out)
+    assert head and int(head.group(1)) == round(flops / 1e6), out
+    found = {}
+    for line in out.splitlines():
+        cells = re.match(r"^(.+?) +(\d+\.\d+) +(\d+\.\d) +(\d+\.\d\d) +(\S+)$", line)
+        if cells:
+            found[cells[1]] = [float(c) for c in cells.groups()[1:]]
+    assert set(found) == {"MKL (torch F.linear)", "oneDNN (mkldnn_linear)", "numpy's BLAS (matmul)"}
+    for ms, gflops, vs_mkl, diff in found.values():
+        assert gflops == pytest.approx(flops / (ms / 1e3) / 1e9, rel=0.05)
+        assert vs_mkl == pytest.approx(found["MKL (torch F.linear)"][0] / ms, rel=0.05, abs=0.01)
+        assert diff < 1e-3  # the same products, up to each library's rounding
+    assert found["MKL (torch F.linear)"][2:] == [1.0, 0.0]
