@@ -564,22 +564,25 @@ def blas_part(args: argparse.Namespace, model: Path) -> None:
         (torch.randn(rows, i, generator=gen), torch.randn(o, i, generator=gen)) for i, o in products
     ]
     flops = sum(2 * rows * i * o for i, o in products)
-    dnn = [(x.to_mkldnn(), w.to_mkldnn()) for x, w in pairs]
     host = [(x.numpy(), w.t().contiguous().numpy()) for x, w in pairs]
     libraries: dict[str, tuple[Callable[[], Any], Callable[[], list[torch.Tensor]]]] = {
         "MKL (torch F.linear)": (
             lambda: [torch.nn.functional.linear(x, w) for x, w in pairs],
             lambda: [torch.nn.functional.linear(x, w) for x, w in pairs],
         ),
-        "oneDNN (mkldnn_linear)": (
+    }
+    if torch.backends.mkldnn.is_available():
+        dnn = [(x.to_mkldnn(), w.to_mkldnn()) for x, w in pairs]
+        libraries["oneDNN (mkldnn_linear)"] = (
             lambda: [torch._C._nn.mkldnn_linear(x, w, None) for x, w in dnn],
             lambda: [torch._C._nn.mkldnn_linear(x, w, None).to_dense() for x, w in dnn],
-        ),
-        "numpy's BLAS (matmul)": (
-            lambda: [x @ w for x, w in host],
-            lambda: [torch.from_numpy(x @ w) for x, w in host],
-        ),
-    }
+        )
+    else:
+        print("oneDNN: not in this torch build (torch.backends.mkldnn), left out")
+    libraries["numpy's BLAS (matmul)"] = (
+        lambda: [x @ w for x, w in host],
+        lambda: [torch.from_numpy(x @ w) for x, w in host],
+    )
     print(
         f"\ndecode step's {len(products)} projections and LM head at {rows} rows, one thread "
         f"({flops / 1e6:.0f} MFLOP a step); numpy {np.__version__}"
