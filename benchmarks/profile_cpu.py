@@ -565,35 +565,34 @@ def blas_part(args: argparse.Namespace, model: Path) -> None:
     ]
     flops = sum(2 * rows * i * o for i, o in products)
     host = [(x.numpy(), w.t().contiguous().numpy()) for x, w in pairs]
-    libraries: dict[str, tuple[Callable[[], Any], Callable[[], list[torch.Tensor]]]] = {
+    # name -> (the step's products, one output made a dense torch tensor for the comparison)
+    libraries: dict[str, tuple[Callable[[], list[Any]], Callable[[Any], torch.Tensor]]] = {
         "MKL (torch F.linear)": (
             lambda: [torch.nn.functional.linear(x, w) for x, w in pairs],
-            lambda: [torch.nn.functional.linear(x, w) for x, w in pairs],
+            lambda out: out,
         ),
     }
     if torch.backends.mkldnn.is_available():
         dnn = [(x.to_mkldnn(), w.to_mkldnn()) for x, w in pairs]
         libraries["oneDNN (mkldnn_linear)"] = (
             lambda: [torch._C._nn.mkldnn_linear(x, w, None) for x, w in dnn],
-            lambda: [torch._C._nn.mkldnn_linear(x, w, None).to_dense() for x, w in dnn],
+            lambda out: out.to_dense(),
         )
     else:
         print("oneDNN: not in this torch build (torch.backends.mkldnn), left out")
-    libraries["numpy's BLAS (matmul)"] = (
-        lambda: [x @ w for x, w in host],
-        lambda: [torch.from_numpy(x @ w) for x, w in host],
-    )
+    libraries["numpy's BLAS (matmul)"] = (lambda: [x @ w for x, w in host], torch.from_numpy)
     print(
         f"\ndecode step's {len(products)} projections and LM head at {rows} rows, one thread "
         f"({flops / 1e6:.0f} MFLOP a step); numpy {np.__version__}"
     )
     print(f"{'library':24s} {'ms a step':>10s} {'GFLOP/s':>8s} {'vs MKL':>7s} {'max diff':>9s}")
-    reference = libraries["MKL (torch F.linear)"][1]()
+    reference = libraries["MKL (torch F.linear)"][0]()
     base = None
-    for name, (run, results) in libraries.items():
+    for name, (run, dense) in libraries.items():
         seconds = min(median_seconds(run, reps) for _ in range(3))
         base = base or seconds
-        diff = max(float((a - b).abs().max()) for a, b in zip(reference, results(), strict=True))
+        results = [dense(out) for out in run()]
+        diff = max(float((a - b).abs().max()) for a, b in zip(reference, results, strict=True))
         print(
             f"{name:24s} {1e3 * seconds:10.3f} {flops / seconds / 1e9:8.1f} "
             f"{base / seconds:7.2f} {diff:9.1e}"

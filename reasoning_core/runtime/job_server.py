@@ -225,10 +225,9 @@ def _accept(conn: socket.socket, listener: socket.socket, main) -> None:
         request = json.loads(message)
         if len(fds) != 3:
             raise ValueError(f"expected 3 standard streams, got {len(fds)}")
-        if request.get("code") != _code():
-            raise ValueError(
-                f"it serves the code {_code()}, the request runs {request.get('code')}"
-            )
+        own = _code()
+        if request.get("code") != own:
+            raise ValueError(f"it serves the code {own}, the request runs {request.get('code')}")
     except (OSError, ValueError) as exc:
         for fd in fds:
             os.close(fd)
