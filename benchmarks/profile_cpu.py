@@ -48,6 +48,19 @@ Parts (``--parts``, the first three by default):
   and each library's largest difference from torch's result: whether another library would
   give a faster decode step on this CPU.
 
+* ``fork``: whether a process forked after a ``torch.compile`` compilation reuses it, as jobs
+  forked from ``rrl job-server`` would. This process compiles the static engine's decode step
+  at ``--rows`` rows (as the engine's ``compile: true`` does: ``fullgraph``, dynamic shapes)
+  at the first two ``--spans``, and the training forward (``torch.compile`` of the model, as
+  the trainers' ``compile: true``) with its backward on 32 rows of 64 and 72 tokens (``--tiny``:
+  8 rows of 16 and 24), each
+  first call's seconds printed. A forked process then builds a new engine and loads the model
+  again, compiles them the same way and calls them at every span and at 64, 72 and 80 tokens:
+  its first call's seconds and the compilations it made (dynamo's graph count), then the
+  median milliseconds of the eager and the compiled call. ``--compile-backend`` picks
+  torch.compile's backend (``inductor``; the tests use ``eager``, which traces without
+  generating code).
+
 ``--tiny`` shrinks the parts (8 problems, one GRPO step of 8 rollouts, one pair; 5 timed steps
 and a 16 MB read) for the tests.
 """
@@ -76,7 +89,7 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "workflow" / "resources" / "tiny_world"
 GRPO_CONFIG = ROOT / "results" / "default" / "grpo" / "default" / "seed~0" / "config.yaml"
-PARTS = ("profile", "decode", "step", "blas")
+PARTS = ("profile", "decode", "step", "blas", "fork")
 DEFAULT_PARTS = PARTS[:3]
 BASE = "c5a3f4f"  # the static engine before its fused CPU decode step
 
@@ -599,6 +612,105 @@ def blas_part(args: argparse.Namespace, model: Path) -> None:
         )
 
 
+def fork_part(args: argparse.Namespace, model: Path) -> None:
+    from torch._dynamo.utils import counters
+    from transformers import AutoModelForCausalLM
+
+    from reasoning_core.runtime.engines.static import StaticEngine
+
+    torch.set_num_threads(1)
+    rows, spans, backend = args.rows[0], args.spans, args.compile_backend
+    # the tiny mode's training batches: 8 rows of 16, 24 and 32 tokens
+    width, lengths, reps = (8, (16, 24, 32), 3) if args.tiny else (32, (64, 72, 80), 20)
+    gen = torch.Generator().manual_seed(0)
+    batches = {n: torch.randint(0, 256, (width, n), generator=gen) for n in lengths}
+
+    def engine() -> tuple[Callable[[int], Any], Callable[[int], Any]]:
+        """(eager step at a span, compiled step at a span) of a new engine."""
+        e = StaticEngine(str(model), max_batch_size=rows)
+        cache = e._ensure_cache(rows, max(spans))
+        compiled = torch.compile(e._decode, fullgraph=True, dynamic=True, backend=backend)
+
+        def at(fn: Callable[..., Any]) -> Callable[[int], Any]:
+            def call(span: int) -> Any:
+                cache.pos[:rows] = span - 1  # every row attends ``span`` slots
+                with torch.no_grad():
+                    return fn(cache.tok[:rows], cache.pos[:rows], cache.slots[:span])
+
+            return call
+
+        return at(e._decode), at(compiled)
+
+    def policy() -> tuple[Callable[[int], Any], Callable[[int], Any]]:
+        """(eager, compiled) forward and backward of a newly loaded model on n tokens a row."""
+        m = AutoModelForCausalLM.from_pretrained(str(model), dtype=torch.float32)
+        compiled = torch.compile(m, backend=backend)  # as training/policy.py's compile
+
+        def at(fn: Callable[..., Any]) -> Callable[[int], Any]:
+            def call(n: int) -> None:
+                ids = batches[n]
+                logits = fn(input_ids=ids).logits[:, :-1]
+                picked = logits.log_softmax(-1).gather(-1, ids[:, 1:, None])
+                picked.mean().backward()
+                m.zero_grad(set_to_none=True)
+
+            return call
+
+        return at(m), at(compiled)
+
+    def first_call(fn: Callable[[int], Any], size: int) -> tuple[float, int]:
+        """Seconds of one call and the graphs dynamo compiled during it."""
+        graphs = counters["stats"]["unique_graphs"]
+        t0 = time.perf_counter()
+        fn(size)
+        return time.perf_counter() - t0, counters["stats"]["unique_graphs"] - graphs
+
+    cases = {
+        f"decode step, {rows} rows, span": (engine, spans),
+        f"training fwd+bwd, {width} rows x": (policy, lengths),
+    }
+    print(f"\ncompiled here (backend {backend}), then in a forked process, one thread")
+    parent: dict[tuple[str, int], float] = {}
+    for name, (make, sizes) in cases.items():
+        _, compiled = make()
+        for size in sizes[:2]:
+            parent[name, size] = first_call(compiled, size)[0]
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the forked process: new objects, the same compiled code
+        try:
+            got = {}
+            for name, (make, sizes) in cases.items():
+                eager, compiled = make()
+                for size in sizes:
+                    seconds, graphs = first_call(compiled, size)
+                    got[f"{name}|{size}"] = (
+                        seconds,
+                        graphs,
+                        median_seconds(lambda f=eager, s=size: f(s), reps, 1),
+                        median_seconds(lambda f=compiled, s=size: f(s), reps, 1),
+                    )
+            os.write(write, json.dumps(got).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        got = json.loads(pipe.read() or "{}")
+    os.waitpid(pid, 0)
+    print(
+        f"{'':34s} {'here: first s':>13s} {'forked: first s':>15s} {'compilations':>12s} "
+        f"{'eager ms':>9s} {'compiled ms':>11s} {'ratio':>6s}"
+    )
+    for key, (seconds, graphs, eager_s, compiled_s) in got.items():
+        name, size = key.split("|")
+        here = parent.get((name, int(size)))
+        print(
+            f"{name + ' ' + size:34s} {'' if here is None else f'{here:.1f}':>13s} "
+            f"{seconds:15.2f} {graphs:12d} {1e3 * eager_s:9.2f} {1e3 * compiled_s:11.2f} "
+            f"{eager_s / compiled_s:6.2f}"
+        )
+
+
 # The tiny mode's GRPO: one step of 8 rollouts in groups of 4, 8 new tokens.
 TINY_GRPO = dict(rollout_batch_size=8, group_size=4, train_batch_size=8, sampling_max_tokens=8)
 
@@ -621,6 +733,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--compile", action="store_true", help="step part: also the compiled step (slow start)"
+    )
+    parser.add_argument(
+        "--compile-backend", default="inductor", help="fork part's torch.compile backend"
     )
     parser.add_argument("--tiny", action="store_true", help="seconds-long version (tests)")
     parser.add_argument("--worker", nargs=3, default=None, help=argparse.SUPPRESS)
@@ -649,6 +764,8 @@ def main(argv: list[str] | None = None) -> int:
             step_part(args, Path(args.model))
         if "blas" in parts:
             blas_part(args, Path(args.model))
+        if "fork" in parts:
+            fork_part(args, Path(args.model))
     return 0
 
 

@@ -117,3 +117,28 @@ def test_blas_part_times_the_step_products_in_three_libraries(tmp_path, capsys):
         assert vs_mkl == pytest.approx(found["MKL (torch F.linear)"][0] / ms, rel=0.05, abs=0.01)
         assert diff < 1e-3  # the same products, up to each library's rounding
     assert found["MKL (torch F.linear)"][2:] == [1.0, 0.0]
+
+
+def test_fork_part_shows_a_forked_process_reusing_the_compilation(capsys):
+    # the eager backend traces with dynamo and compiles no code: the same caching, in seconds
+    argv = ["--tiny", "--parts", "fork", "--compile-backend", "eager", "--rows", "16"]
+    assert profile_cpu().main(argv + ["--spans", "8,16,24"]) == 0
+    out = capsys.readouterr().out
+    assert "compiled here (backend eager), then in a forked process, one thread" in out
+    found = {}
+    for line in out.splitlines():
+        cells = re.match(
+            r"^(.+? \d+) +(\d+\.\d)? +(\d+\.\d\d) +(\d+) +(\d+\.\d\d) +(\d+\.\d\d) +(\d+\.\d\d)$",
+            line,
+        )
+        if cells:
+            found[cells[1]] = cells.groups()[1:]
+    decode = [f"decode step, 16 rows, span {s}" for s in (8, 16, 24)]
+    train = [f"training fwd+bwd, 8 rows x {n}" for n in (16, 24, 32)]
+    assert list(found) == decode + train, out
+    compiled_here = set(decode[:2] + train[:2])
+    for name, (here, _, graphs, eager, compiled, ratio) in found.items():
+        assert (here is not None) == (name in compiled_here), (name, out)
+        # the forked process compiled nothing, its third size included (dynamic shapes)
+        assert int(graphs) == 0, (name, out)
+        assert float(ratio) == pytest.approx(float(eager) / float(compiled), rel=0.05, abs=0.01)
