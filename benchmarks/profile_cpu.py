@@ -77,6 +77,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -513,6 +514,12 @@ def step_products(engine: Any, b: int, span: int) -> Callable[[], None]:
     return run
 
 
+def step_inputs(cache: Any, rows: int, span: int) -> tuple[Any, Any, Any]:
+    """The decode step's inputs with every one of ``rows`` rows attending ``span`` slots."""
+    cache.pos[:rows] = span - 1
+    return cache.tok[:rows], cache.pos[:rows], cache.slots[:span]
+
+
 def step_part(args: argparse.Namespace, model: Path) -> None:
     from transformers import AutoConfig
 
@@ -540,8 +547,7 @@ def step_part(args: argparse.Namespace, model: Path) -> None:
         with torch.no_grad():
             for name, engine in engines.items():
                 cache = caches[name]
-                cache.pos[:rows] = span - 1  # every row attends ``span`` slots
-                inputs = (cache.tok[:rows], cache.pos[:rows], cache.slots[:span])
+                inputs = step_inputs(cache, rows, span)
                 t0 = time.perf_counter()
                 engine._step_fn(*inputs)
                 first[name] = time.perf_counter() - t0
@@ -633,9 +639,8 @@ def fork_part(args: argparse.Namespace, model: Path) -> None:
 
         def at(fn: Callable[..., Any]) -> Callable[[int], Any]:
             def call(span: int) -> Any:
-                cache.pos[:rows] = span - 1  # every row attends ``span`` slots
                 with torch.no_grad():
-                    return fn(cache.tok[:rows], cache.pos[:rows], cache.slots[:span])
+                    return fn(*step_inputs(cache, rows, span))
 
             return call
 
@@ -678,34 +683,35 @@ def fork_part(args: argparse.Namespace, model: Path) -> None:
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the forked process: new objects, the same compiled code
+        status = 1
         try:
-            got = {}
+            got = []
             for name, (make, sizes) in cases.items():
                 eager, compiled = make()
                 for size in sizes:
                     seconds, graphs = first_call(compiled, size)
-                    got[f"{name}|{size}"] = (
-                        seconds,
-                        graphs,
-                        median_seconds(lambda f=eager, s=size: f(s), reps, 1),
-                        median_seconds(lambda f=compiled, s=size: f(s), reps, 1),
-                    )
+                    eager_s = median_seconds(lambda f=eager, s=size: f(s), reps, 1)
+                    compiled_s = median_seconds(lambda f=compiled, s=size: f(s), reps, 1)
+                    got.append((name, size, seconds, graphs, eager_s, compiled_s))
             os.write(write, json.dumps(got).encode())
+            status = 0
+        except BaseException:
+            traceback.print_exc()
         finally:
-            os._exit(0)
+            os._exit(status)
     os.close(write)
     with os.fdopen(read) as pipe:
-        got = json.loads(pipe.read() or "{}")
-    os.waitpid(pid, 0)
+        got = json.loads(pipe.read() or "[]")
+    if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0:
+        raise RuntimeError("fork part: the forked process failed (its traceback is above)")
     print(
         f"{'':34s} {'here: first s':>13s} {'forked: first s':>15s} {'compilations':>12s} "
         f"{'eager ms':>9s} {'compiled ms':>11s} {'ratio':>6s}"
     )
-    for key, (seconds, graphs, eager_s, compiled_s) in got.items():
-        name, size = key.split("|")
-        here = parent.get((name, int(size)))
+    for name, size, seconds, graphs, eager_s, compiled_s in got:
+        here = parent.get((name, size))
         print(
-            f"{name + ' ' + size:34s} {'' if here is None else f'{here:.1f}':>13s} "
+            f"{f'{name} {size}':34s} {'' if here is None else f'{here:.1f}':>13s} "
             f"{seconds:15.2f} {graphs:12d} {1e3 * eager_s:9.2f} {1e3 * compiled_s:11.2f} "
             f"{eager_s / compiled_s:6.2f}"
         )
